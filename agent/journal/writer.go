@@ -1,0 +1,191 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// SegmentBytes is the size past which the writer starts a new segment.
+var SegmentBytes int64 = 64 << 20
+
+// Writer appends records. Several processes may write one journal at once (every embedded
+// `berm run` and bermd): each append holds an exclusive flock on the journal's lock file and
+// goes out in a single write(2).
+type Writer struct {
+	dir  string
+	lock *os.File
+
+	mu    sync.Mutex
+	seg   uint64   // segment currently open
+	f     *os.File // open segment, O_APPEND
+	known int64    // offset up to which the segment is known to be valid
+	buf   []byte
+}
+
+// OpenWriter opens (creating) the journal in dir.
+func OpenWriter(dir string) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create journal dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "journal.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open journal lock: %w", err)
+	}
+	return &Writer{dir: dir, lock: lock}, nil
+}
+
+// Dir is the journal's directory.
+func (w *Writer) Dir() string { return w.dir }
+
+// AppendCallStart, AppendEvents and AppendCallEnd write one record each. AppendCallEnd also
+// syncs the segment: a finished call's record survives a power loss.
+func (w *Writer) AppendCallStart(s *event.CallStart) error {
+	return w.appendJSON(TypeCallStart, s, false)
+}
+
+func (w *Writer) AppendEvents(evs []event.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	return w.appendJSON(TypeEvents, evs, false)
+}
+
+func (w *Writer) AppendCallEnd(r *event.CallRecord) error { return w.appendJSON(TypeCallEnd, r, true) }
+
+func (w *Writer) appendJSON(t RecordType, v any, sync bool) error {
+	payload, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", t, err)
+	}
+	return w.Append(t, payload, sync)
+}
+
+// Append writes one raw record.
+func (w *Writer) Append(t RecordType, payload []byte, sync bool) error {
+	if len(payload)+1 > MaxRecord {
+		return fmt.Errorf("append %s: record of %d bytes exceeds %d", t, len(payload), MaxRecord)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := unix.Flock(int(w.lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock journal: %w", err)
+	}
+	defer unix.Flock(int(w.lock.Fd()), unix.LOCK_UN)
+
+	if err := w.prepareLocked(); err != nil {
+		return err
+	}
+	w.buf = appendFrame(w.buf[:0], t, payload)
+	n, err := w.f.Write(w.buf)
+	if err != nil {
+		// A short write leaves a torn tail; cut it now rather than leave it to the next writer.
+		if n > 0 {
+			_ = w.f.Truncate(w.known)
+		}
+		return fmt.Errorf("append %s to %s: %w", t, w.f.Name(), err)
+	}
+	w.known += int64(n)
+	if sync {
+		if err := w.f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", w.f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// prepareLocked makes sure the open segment is the newest one, that whatever other writers
+// appended since we last looked is valid, and that a torn tail left by a writer that died is
+// cut off before we append after it.
+func (w *Writer) prepareLocked() error {
+	segs, err := listSegments(w.dir)
+	if err != nil {
+		return err
+	}
+	last := uint64(1)
+	if len(segs) > 0 {
+		last = segs[len(segs)-1]
+	}
+	if w.f == nil || w.seg != last {
+		if w.f != nil {
+			w.f.Close()
+		}
+		if err := w.openSegment(last, 0); err != nil {
+			return err
+		}
+	}
+	st, err := w.f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", w.f.Name(), err)
+	}
+	if st.Size() != w.known {
+		valid, err := validEnd(w.f, w.known, st.Size())
+		if err != nil {
+			return err
+		}
+		if valid != st.Size() {
+			if err := w.f.Truncate(valid); err != nil {
+				return fmt.Errorf("cut torn tail of %s at %d: %w", w.f.Name(), valid, err)
+			}
+		}
+		w.known = valid
+	}
+	if w.known >= SegmentBytes {
+		w.f.Close()
+		w.f = nil
+		return w.openSegment(w.seg+1, 0)
+	}
+	return nil
+}
+
+func (w *Writer) openSegment(seg uint64, known int64) error {
+	f, err := os.OpenFile(segmentPath(w.dir, seg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open journal segment: %w", err)
+	}
+	w.f, w.seg, w.known = f, seg, known
+	return nil
+}
+
+// validEnd scans the records between from and to and returns the end of the last valid one.
+func validEnd(f *os.File, from, to int64) (int64, error) {
+	r, err := os.Open(f.Name())
+	if err != nil {
+		return 0, fmt.Errorf("reopen %s: %w", f.Name(), err)
+	}
+	defer r.Close()
+	b := make([]byte, to-from)
+	if _, err := r.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	off := 0
+	for off < len(b) {
+		_, _, size, err := parseFrame(b[off:])
+		if err != nil {
+			break
+		}
+		off += size
+	}
+	return from + int64(off), nil
+}
+
+// Close releases the writer's files.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	if w.f != nil {
+		errs = append(errs, w.f.Sync(), w.f.Close())
+		w.f = nil
+	}
+	errs = append(errs, w.lock.Close())
+	return errors.Join(errs...)
+}

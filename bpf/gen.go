@@ -1,0 +1,9 @@
+// Package bpf holds berm's eBPF programs and their generated Go loaders.
+//
+// The C sources are the single source of truth for the kernel/user wire contract
+// (lib/berm.h); bpf2go generates the Go mirror types. The generated .go and .o files are
+// committed so that building berm needs no clang; `make generate` regenerates them.
+package bpf
+
+//go:generate go tool bpf2go -tags linux -target amd64 -cflags "-O2 -g -Wall -Werror -D__TARGET_ARCH_x86" -type berm_exec -type berm_fork -type berm_exit -type berm_open -type berm_connect -type berm_syscall -type berm_hdr -type berm_call_cfg -type berm_op -output-stem process Process process.bpf.c -- -I.
+//go:generate go tool bpf2go -tags linux -target amd64 -cflags "-O2 -g -Wall -Werror -D__TARGET_ARCH_x86" -output-stem syscalls Syscalls syscalls.bpf.c -- -I.

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Copyright berm authors. */
+/*
+ * The wire contract between the kernel programs and the Go agent. This header is the only
+ * definition: bpf2go generates the Go mirror types from it (-type), and a Go test checks the
+ * decoder against those generated types, so the two sides cannot drift apart.
+ */
+#ifndef BERM_H
+#define BERM_H
+
+#define BERM_MAX_SLOTS 256    /* concurrent sandboxed calls per node */
+#define BERM_MAX_SYSCALLS 512 /* syscall numbers counted per call (x86-64 uses < 460) */
+#define BERM_PATH_LEN 256
+#define BERM_ARGS_LEN 512
+#define BERM_COMM_LEN 16
+
+enum berm_op {
+	BERM_OP_EXEC = 1,
+	BERM_OP_FORK = 2,
+	BERM_OP_EXIT = 3,
+	BERM_OP_OPEN = 4,
+	BERM_OP_CONNECT = 5,
+	BERM_OP_SYSCALL = 6,
+};
+
+/* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
+struct berm_call_cfg {
+	__u32 slot;      /* index into the per-call counter arrays */
+	__u32 flags;     /* reserved for enforcement flags */
+	__u64 sys_mask[BERM_MAX_SYSCALLS / 64]; /* syscalls that get an individual event */
+};
+
+/* Every event starts with this header. */
+struct berm_hdr {
+	__u64 ts_ns;     /* bpf_ktime_get_boot_ns() */
+	__u64 cgroup_id; /* cgroup v2 id of the call */
+	__u32 slot;
+	__u16 op;        /* enum berm_op */
+	__u16 size;      /* size of the whole event in bytes */
+	__u32 pid;       /* tgid */
+	__u32 tid;
+	__u32 ppid;      /* tgid of the real parent */
+	__u32 uid;
+	char comm[BERM_COMM_LEN];
+};
+
+struct berm_exec {
+	struct berm_hdr hdr;
+	__u32 args_len;  /* bytes of args used: NUL-separated argv */
+	__u32 argc_truncated; /* 1 when argv did not fit */
+	__u32 exe_mode;  /* i_mode of the executed file (setuid/setgid bits) */
+	__u32 exe_nlink; /* 0: the file was deleted (or is a memfd) */
+	__u32 euid;      /* effective uid after exec */
+	__u32 pad;
+	char exe_name[64]; /* dentry name of the executed file ("memfd:x" for memfds) */
+	char filename[BERM_PATH_LEN];
+	char args[BERM_ARGS_LEN];
+};
+
+struct berm_fork {
+	struct berm_hdr hdr;
+	__u32 child_pid;
+	__u32 child_tid;
+};
+
+struct berm_exit {
+	struct berm_hdr hdr;
+	__s32 code;      /* exit status (code << 8 | signal), as wait(2) sees it */
+	__u32 thread_group_dead;
+};
+
+struct berm_open {
+	struct berm_hdr hdr;
+	__s64 ret;       /* fd or -errno */
+	__s32 dirfd;
+	__u32 flags;
+	__u32 mode;
+	__u32 nr;        /* open, openat, openat2 or creat */
+	char path[BERM_PATH_LEN];
+};
+
+struct berm_connect {
+	struct berm_hdr hdr;
+	__s64 ret;       /* 0 or -errno (-EINPROGRESS for non-blocking sockets) */
+	__u16 family;
+	__u16 port;      /* host byte order */
+	__u32 addrlen;
+	__u8 addr[16];   /* IPv4 in the first 4 bytes */
+	char unix_path[108];
+};
+
+/* A syscall of the call's traced set. Path arguments are captured for the syscalls that take
+ * them (unlink, rename, mkdir, chmod, mount, ...): the pointers alone mean nothing later. */
+struct berm_syscall {
+	struct berm_hdr hdr;
+	__s64 ret;
+	__u64 args[6];
+	__u32 nr;
+	__u32 pad;
+	char path[BERM_PATH_LEN];
+	char path2[BERM_PATH_LEN];
+};
+
+#endif /* BERM_H */

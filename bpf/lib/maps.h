@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Copyright berm authors. */
+/*
+ * Maps shared by every berm object. Each object declares them; the agent creates them once
+ * and hands the same maps to every object (MapReplacements), so one cgroup lookup table,
+ * one event ring and one drop counter serve all programs.
+ */
+#ifndef BERM_MAPS_H
+#define BERM_MAPS_H
+
+#include "berm.h"
+
+/* Sandboxed cgroups: cgroup v2 id -> call configuration. Anything not here is never reported. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u64);
+	__type(value, struct berm_call_cfg);
+} berm_calls SEC(".maps");
+
+/* All events of all calls; user space sizes it at load time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} berm_events SEC(".maps");
+
+/* Events lost in the kernel (ring buffer full), per call slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} berm_drops SEC(".maps");
+
+/* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
+const volatile __u64 wakeup_bytes = 256 << 10;
+
+static __always_inline struct berm_call_cfg *berm_call_of(__u64 cgid)
+{
+	return bpf_map_lookup_elem(&berm_calls, &cgid);
+}
+
+static __always_inline void berm_count_drop(__u32 slot)
+{
+	__u64 *n = bpf_map_lookup_elem(&berm_drops, &slot);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline void *berm_reserve(struct berm_call_cfg *cfg, __u64 size)
+{
+	void *e = bpf_ringbuf_reserve(&berm_events, size, 0);
+	if (!e)
+		berm_count_drop(cfg->slot);
+	return e;
+}
+
+static __always_inline void berm_submit(void *e)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
+static __always_inline void berm_fill_hdr(struct berm_hdr *h, struct berm_call_cfg *cfg, __u64 cgid,
+					  __u16 op, __u16 size, struct task_struct *task)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	h->ts_ns = bpf_ktime_get_boot_ns();
+	h->cgroup_id = cgid;
+	h->slot = cfg->slot;
+	h->op = op;
+	h->size = size;
+	h->pid = pid_tgid >> 32;
+	h->tid = (__u32)pid_tgid;
+	h->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	h->uid = (__u32)bpf_get_current_uid_gid();
+	bpf_get_current_comm(h->comm, sizeof(h->comm));
+}
+
+#endif /* BERM_MAPS_H */

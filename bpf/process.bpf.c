@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Copyright berm authors. */
+/*
+ * Process lifecycle of sandboxed calls: exec, fork and exit.
+ *
+ * License: dual GPL-2.0-only / BSD-2-Clause. The kernel requires a GPL-compatible license for
+ * the helpers used here (bpf_probe_read_*, ring buffer), hence the "Dual BSD/GPL" below.
+ */
+#include "include/vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "lib/maps.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Keep the contract types in this object's BTF so bpf2go can generate their Go mirrors. */
+const struct berm_exec *unused_exec __attribute__((unused));
+const struct berm_fork *unused_fork __attribute__((unused));
+const struct berm_exit *unused_exit __attribute__((unused));
+const struct berm_open *unused_open __attribute__((unused));
+const struct berm_connect *unused_connect __attribute__((unused));
+const struct berm_syscall *unused_syscall __attribute__((unused));
+const struct berm_call_cfg *unused_cfg __attribute__((unused));
+const enum berm_op *unused_op __attribute__((unused));
+
+/*
+ * sched_process_exec fires once the new image is committed, with bprm still alive: the only
+ * point where the resolved filename and the new argv (already copied to the new mm) are both
+ * at hand. tp_btf gives typed, CO-RE-relocated access without kprobes (not built here).
+ */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u64 cgid = bpf_get_current_cgroup_id();
+	struct berm_call_cfg *cfg = berm_call_of(cgid);
+	if (!cfg)
+		return 0;
+
+	struct berm_exec *e = berm_reserve(cfg, sizeof(*e));
+	if (!e)
+		return 0;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC, sizeof(*e), p);
+
+	if (bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), BPF_CORE_READ(bprm, filename)) < 0)
+		e->filename[0] = 0;
+
+	struct file *file = BPF_CORE_READ(bprm, file);
+	e->exe_mode = BPF_CORE_READ(file, f_inode, i_mode);
+	e->exe_nlink = BPF_CORE_READ(file, f_inode, __i_nlink);
+	e->euid = BPF_CORE_READ(bprm, cred, euid.val);
+	e->pad = 0;
+	if (bpf_probe_read_kernel_str(e->exe_name, sizeof(e->exe_name),
+				      BPF_CORE_READ(file, f_path.dentry, d_name.name)) < 0)
+		e->exe_name[0] = 0;
+
+	unsigned long start = BPF_CORE_READ(p, mm, arg_start);
+	unsigned long end = BPF_CORE_READ(p, mm, arg_end);
+	__u64 len = end - start;
+	e->argc_truncated = 0;
+	if (len > BERM_ARGS_LEN) {
+		len = BERM_ARGS_LEN;
+		e->argc_truncated = 1;
+	}
+	if (bpf_probe_read_user(e->args, len, (void *)start) < 0)
+		len = 0;
+	e->args_len = len;
+	berm_submit(e);
+	return 0;
+}
+
+/*
+ * sched_process_fork runs after copy_process() attached the child to its cgroups, so the
+ * child's own cgroup decides. That matters for the first process of a call: it is cloned
+ * straight into the call's cgroup (CLONE_INTO_CGROUP) by a parent that is outside it.
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(berm_sched_fork, struct task_struct *parent, struct task_struct *child)
+{
+	/* Threads are not processes: the call's process tree is what we report. */
+	if (BPF_CORE_READ(child, pid) != BPF_CORE_READ(child, tgid))
+		return 0;
+
+	__u64 cgid = BPF_CORE_READ(child, cgroups, dfl_cgrp, kn, id);
+	struct berm_call_cfg *cfg = berm_call_of(cgid);
+	if (!cfg)
+		return 0;
+
+	struct berm_fork *e = berm_reserve(cfg, sizeof(*e));
+	if (!e)
+		return 0;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_FORK, sizeof(*e), parent);
+	e->child_pid = BPF_CORE_READ(child, tgid);
+	e->child_tid = BPF_CORE_READ(child, pid);
+	berm_submit(e);
+	return 0;
+}
+
+/*
+ * sched_process_exit fires in do_exit() after exit_code is set and before cgroup_exit(), so
+ * the exit is still attributed to the call, and it is submitted before the cgroup can report
+ * itself empty: once the cgroup is empty, every exit event of the call is in the ring.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(berm_sched_exit, struct task_struct *p)
+{
+	/* One event per process: the thread-group leader carries the group's exit status. */
+	if (BPF_CORE_READ(p, pid) != BPF_CORE_READ(p, tgid))
+		return 0;
+
+	__u64 cgid = bpf_get_current_cgroup_id();
+	struct berm_call_cfg *cfg = berm_call_of(cgid);
+	if (!cfg)
+		return 0;
+
+	struct berm_exit *e = berm_reserve(cfg, sizeof(*e));
+	if (!e)
+		return 0;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXIT, sizeof(*e), p);
+	e->code = BPF_CORE_READ(p, exit_code);
+	e->thread_group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
+	berm_submit(e);
+	return 0;
+}
