@@ -23,6 +23,8 @@ const struct berm_exit *unused_exit __attribute__((unused));
 const struct berm_open *unused_open __attribute__((unused));
 const struct berm_connect *unused_connect __attribute__((unused));
 const struct berm_syscall *unused_syscall __attribute__((unused));
+const struct berm_deny *unused_deny __attribute__((unused));
+const enum berm_layer *unused_layer __attribute__((unused));
 const struct berm_call_cfg *unused_cfg __attribute__((unused));
 const enum berm_op *unused_op __attribute__((unused));
 

@@ -32,6 +32,20 @@ type ProcessBermConnect struct {
 	_        [4]byte
 }
 
+type ProcessBermDeny struct {
+	_      structs.HostLayout
+	Hdr    ProcessBermHdr
+	Layer  uint32
+	Rule   uint32
+	Audit  uint32
+	Nr     uint32
+	Family uint16
+	Port   uint16
+	Proto  uint32
+	Addr   [16]uint8
+	Path   [256]int8
+}
+
 type ProcessBermExec struct {
 	_             structs.HostLayout
 	Hdr           ProcessBermHdr
@@ -74,6 +88,15 @@ type ProcessBermHdr struct {
 	Comm     [16]int8
 }
 
+type ProcessBermLayer uint32
+
+const (
+	ProcessBermLayerBERM_LAYER_SECCOMP     ProcessBermLayer = 1
+	ProcessBermLayerBERM_LAYER_LANDLOCK    ProcessBermLayer = 2
+	ProcessBermLayerBERM_LAYER_CGROUP_SOCK ProcessBermLayer = 3
+	ProcessBermLayerBERM_LAYER_LSM         ProcessBermLayer = 4
+)
+
 type ProcessBermOp uint32
 
 const (
@@ -83,6 +106,7 @@ const (
 	ProcessBermOpBERM_OP_OPEN    ProcessBermOp = 4
 	ProcessBermOpBERM_OP_CONNECT ProcessBermOp = 5
 	ProcessBermOpBERM_OP_SYSCALL ProcessBermOp = 6
+	ProcessBermOpBERM_OP_DENY    ProcessBermOp = 7
 )
 
 type ProcessBermOpen struct {
@@ -119,9 +143,11 @@ const (
 	ProcessProgBermSchedFork = "berm_sched_fork"
 	ProcessVarUnusedCfg      = "unused_cfg"
 	ProcessVarUnusedConnect  = "unused_connect"
+	ProcessVarUnusedDeny     = "unused_deny"
 	ProcessVarUnusedExec     = "unused_exec"
 	ProcessVarUnusedExit     = "unused_exit"
 	ProcessVarUnusedFork     = "unused_fork"
+	ProcessVarUnusedLayer    = "unused_layer"
 	ProcessVarUnusedOp       = "unused_op"
 	ProcessVarUnusedOpen     = "unused_open"
 	ProcessVarUnusedSyscall  = "unused_syscall"
@@ -190,9 +216,11 @@ type ProcessMapSpecs struct {
 type ProcessVariableSpecs struct {
 	UnusedCfg     *ebpf.VariableSpec `ebpf:"unused_cfg"`
 	UnusedConnect *ebpf.VariableSpec `ebpf:"unused_connect"`
+	UnusedDeny    *ebpf.VariableSpec `ebpf:"unused_deny"`
 	UnusedExec    *ebpf.VariableSpec `ebpf:"unused_exec"`
 	UnusedExit    *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork    *ebpf.VariableSpec `ebpf:"unused_fork"`
+	UnusedLayer   *ebpf.VariableSpec `ebpf:"unused_layer"`
 	UnusedOp      *ebpf.VariableSpec `ebpf:"unused_op"`
 	UnusedOpen    *ebpf.VariableSpec `ebpf:"unused_open"`
 	UnusedSyscall *ebpf.VariableSpec `ebpf:"unused_syscall"`
@@ -238,9 +266,11 @@ func (m *ProcessMaps) Close() error {
 type ProcessVariables struct {
 	UnusedCfg     *ebpf.Variable `ebpf:"unused_cfg"`
 	UnusedConnect *ebpf.Variable `ebpf:"unused_connect"`
+	UnusedDeny    *ebpf.Variable `ebpf:"unused_deny"`
 	UnusedExec    *ebpf.Variable `ebpf:"unused_exec"`
 	UnusedExit    *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork    *ebpf.Variable `ebpf:"unused_fork"`
+	UnusedLayer   *ebpf.Variable `ebpf:"unused_layer"`
 	UnusedOp      *ebpf.Variable `ebpf:"unused_op"`
 	UnusedOpen    *ebpf.Variable `ebpf:"unused_open"`
 	UnusedSyscall *ebpf.Variable `ebpf:"unused_syscall"`

@@ -21,6 +21,15 @@ enum berm_op {
 	BERM_OP_OPEN = 4,
 	BERM_OP_CONNECT = 5,
 	BERM_OP_SYSCALL = 6,
+	BERM_OP_DENY = 7,
+};
+
+/* Which enforcement layer refused something (struct berm_deny). */
+enum berm_layer {
+	BERM_LAYER_SECCOMP = 1,
+	BERM_LAYER_LANDLOCK = 2,
+	BERM_LAYER_CGROUP_SOCK = 3,
+	BERM_LAYER_LSM = 4,
 };
 
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
@@ -99,6 +108,20 @@ struct berm_syscall {
 	__u32 pad;
 	char path[BERM_PATH_LEN];
 	char path2[BERM_PATH_LEN];
+};
+
+/* A denial (or, in audit mode, a would-be denial) by a kernel-side layer. */
+struct berm_deny {
+	struct berm_hdr hdr;
+	__u32 layer;     /* enum berm_layer */
+	__u32 rule;      /* index of the rule that fired in the compiled policy, 0 = default deny */
+	__u32 audit;     /* 1: audit mode, the action was allowed */
+	__u32 nr;        /* syscall number, when the object is a syscall */
+	__u16 family;    /* address family, when the object is an address */
+	__u16 port;      /* host byte order */
+	__u32 proto;     /* socket type/protocol */
+	__u8 addr[16];
+	char path[BERM_PATH_LEN];
 };
 
 #endif /* BERM_H */
