@@ -1,0 +1,289 @@
+package landlock
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel tests re-execute the test binary: Landlock confines a thread for good, so each
+// case runs in a child process that restricts itself, tries operations and reports the errnos.
+const childEnv = "BERM_LANDLOCK_TEST_CHILD"
+
+type op struct {
+	Kind string // read, write, exec, connect
+	Path string
+	Port int
+}
+
+type childSpec struct {
+	Rules   Ruleset
+	Listen  []int // TCP ports on 127.0.0.1 to listen on before restricting (0: pick one)
+	Ops     []op
+	NoApply bool // control run: same operations without Landlock
+}
+
+type childResult struct {
+	Errs []string // "" for success, else the errno name
+	Err  string   // setup or restrict failure
+}
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(specJSON string) int {
+	var spec childSpec
+	var res childResult
+	defer func() { _ = json.NewEncoder(os.Stdout).Encode(res) }()
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		res.Err = err.Error()
+		return 0
+	}
+	runtime.LockOSThread() // never unlocked: the restricted thread dies with the process
+	ports := map[int]int{}
+	for _, p := range spec.Listen {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			res.Err = err.Error()
+			return 0
+		}
+		ports[p] = l.Addr().(*net.TCPAddr).Port
+	}
+	if !spec.NoApply {
+		if err := Restrict(spec.Rules); err != nil {
+			res.Err = err.Error()
+			return 0
+		}
+	}
+	for _, o := range spec.Ops {
+		res.Errs = append(res.Errs, errnoName(do(o)))
+	}
+	return 0
+}
+
+func do(o op) error {
+	switch o.Kind {
+	case "read":
+		_, err := os.ReadFile(o.Path)
+		return err
+	case "write":
+		return os.WriteFile(o.Path, []byte("x"), 0o600)
+	case "exec":
+		return exec.Command(o.Path).Run()
+	case "connect":
+		// raw connect on this (restricted) thread; the Go netpoller would not change the
+		// answer, but keep the syscall where the domain is.
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Connect(fd, &unix.SockaddrInet4{Port: o.Port, Addr: [4]byte{127, 0, 0, 1}})
+	}
+	return fmt.Errorf("unknown op %q", o.Kind)
+}
+
+func errnoName(err error) string {
+	if err == nil {
+		return ""
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return err.Error()
+}
+
+func runInChild(t *testing.T, spec childSpec) childResult {
+	t.Helper()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+	if res.Err != "" {
+		t.Fatalf("child: %s", res.Err)
+	}
+	return res
+}
+
+func requireLandlock(t *testing.T) int {
+	t.Helper()
+	abi, err := Probe()
+	if err != nil {
+		t.Skipf("landlock unavailable on this kernel: %v", err)
+	}
+	return abi
+}
+
+func TestProbe(t *testing.T) {
+	abi := requireLandlock(t)
+	if abi < 1 {
+		t.Fatalf("abi %d", abi)
+	}
+	t.Logf("landlock abi %d", abi)
+}
+
+func TestRightsByABI(t *testing.T) {
+	for _, tc := range []struct {
+		abi        int
+		has, lacks uint64
+	}{
+		{0, 0, Execute},
+		{1, Execute | MakeSym, Refer},
+		{2, Refer, Truncate},
+		{3, Truncate, IoctlDev},
+		{5, IoctlDev | Refer | Truncate, 0},
+		{7, FSRights(5), 0},
+	} {
+		got := FSRights(tc.abi)
+		if got&tc.has != tc.has || got&tc.lacks != 0 {
+			t.Errorf("FSRights(%d) = %v", tc.abi, FSNames(got))
+		}
+	}
+	if NetRights(3) != 0 || NetRights(4) != BindTCP|ConnectTCP {
+		t.Error("net rights by abi")
+	}
+	if Scopes(5) != 0 || Scopes(6) != ScopeAbstractUnix|ScopeSignal {
+		t.Error("scopes by abi")
+	}
+}
+
+func TestRestrictFilesystem(t *testing.T) {
+	abi := requireLandlock(t)
+	abi = min(abi, MaxABI)
+	ws := t.TempDir()
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// a copy of a system binary inside the (writable, not executable) workspace
+	bin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1) binary")
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsBin := filepath.Join(ws, "true")
+	if err := os.WriteFile(wsBin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sysExec := Execute | ReadFile | ReadDir
+	write := FSRights(abi) &^ (Execute | MakeChar | MakeBlock)
+	rules := Ruleset{
+		HandledFS: FSRights(abi),
+		Paths: []PathRule{
+			{Path: "/usr", Access: sysExec},
+			{Path: "/etc", Access: ReadFile | ReadDir},
+			{Path: ws, Access: write},
+			{Path: "/dev/null", Access: ReadFile | WriteFile}, // os/exec opens it for stdio
+		},
+	}
+	realBin, _ := filepath.EvalSymlinks(bin)
+	ops := []op{
+		{Kind: "read", Path: secret},                          // outside every grant
+		{Kind: "write", Path: filepath.Join(ws, "out")},       // inside the writable workspace
+		{Kind: "write", Path: filepath.Join(outside, "nope")}, // outside
+		{Kind: "read", Path: "/etc/hostname"},                 // read grant
+		{Kind: "write", Path: "/etc/berm-landlock-test"},      // read-only grant
+		{Kind: "exec", Path: realBin},                         // exec grant
+		{Kind: "exec", Path: wsBin},                           // writable, no exec grant
+	}
+	for _, tc := range []struct {
+		name    string
+		noApply bool
+		want    []string
+	}{
+		// the control run shows each denial below is Landlock's doing, not file modes
+		{"control", true, []string{"", "", "", "", "", "", ""}},
+		{"restricted", false, []string{"EACCES", "", "EACCES", "", "EACCES", "", "EACCES"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noApply && os.Geteuid() != 0 {
+				t.Skip("control run writes to /etc: needs root")
+			}
+			res := runInChild(t, childSpec{Rules: rules, Ops: ops, NoApply: tc.noApply})
+			os.Remove("/etc/berm-landlock-test")
+			for i, o := range ops {
+				if res.Errs[i] != tc.want[i] {
+					t.Errorf("%s %s: got %q, want %q", o.Kind, o.Path, res.Errs[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestRestrictRefusesSymlinkedRulePath(t *testing.T) {
+	requireLandlock(t)
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/etc", link); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(childSpec{Rules: Ruleset{HandledFS: ReadFile, Paths: []PathRule{{Path: link, Access: ReadFile}}}})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Err == "" {
+		t.Fatal("a symlinked rule path was accepted")
+	}
+	t.Logf("refused: %s", res.Err)
+}
+
+func TestRestrictTCPConnect(t *testing.T) {
+	abi := requireLandlock(t)
+	if abi < 4 {
+		t.Skipf("landlock abi %d has no network rights (needs 4)", abi)
+	}
+	// two listeners on fixed high ports; the child grants connect to the first only
+	a, b := freePort(t), freePort(t)
+	rules := Ruleset{HandledFS: ReadFile, HandledNet: ConnectTCP, Ports: []PortRule{{Port: uint16(a), Access: ConnectTCP}}}
+	res := runInChild(t, childSpec{Rules: rules, Listen: []int{a, b},
+		Ops: []op{{Kind: "connect", Port: a}, {Kind: "connect", Port: b}}})
+	if res.Errs[0] != "" || res.Errs[1] != "EACCES" {
+		t.Fatalf("connect granted port %d: %q, other port %d: %q", a, res.Errs[0], b, res.Errs[1])
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
