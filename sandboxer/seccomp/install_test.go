@@ -144,9 +144,9 @@ func TestInstall(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name    string
-		spec    childSpec
-		want    []string // per probe; "*" = anything but EPERM
+		name string
+		spec childSpec
+		want []string // per probe; "*" = anything but EPERM
 	}{
 		{"control", childSpec{Filter: policy(Errno(unix.EPERM)), NoApply: true}, []string{"", "", "", "*", "*"}},
 		{"enforce", childSpec{Filter: policy(Errno(unix.EPERM))}, []string{"", "EPERM", "", "EPERM", "EPERM"}},
