@@ -1,4 +1,5 @@
-// Code generated from asm/unistd_64.h (Linux x86-64); DO NOT EDIT.
+// Code generated from asm/unistd_64.h (Linux x86-64, Debian 12 headers) plus the syscalls
+// added up to Linux 6.18 (451-467); DO NOT EDIT.
 
 package event
 
@@ -366,4 +367,21 @@ var syscallNames = map[uint32]string{
 	448: "process_mrelease",
 	449: "futex_waitv",
 	450: "set_mempolicy_home_node",
+	451: "cachestat",
+	452: "fchmodat2",
+	453: "map_shadow_stack",
+	454: "futex_wake",
+	455: "futex_wait",
+	456: "futex_requeue",
+	457: "statmount",
+	458: "listmount",
+	459: "lsm_get_self_attr",
+	460: "lsm_set_self_attr",
+	461: "lsm_list_modules",
+	462: "mseal",
+	463: "setxattrat",
+	464: "getxattrat",
+	465: "listxattrat",
+	466: "removexattrat",
+	467: "open_tree_attr",
 }

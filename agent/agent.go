@@ -1,0 +1,369 @@
+// Package agent is berm's node agent: it loads the eBPF tracer, runs the event pipeline
+// (ring buffer reader → bounded queue with counted drops → decoder → subscribers) and keeps
+// each sandboxed call's trail: its events in order, its counters and its record, in the
+// journal.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/agent/tracer"
+)
+
+// Evaluator is a subscriber that derives events from events (the rules engine).
+type Evaluator interface {
+	Eval(ev *event.Event) []event.Event
+	EndCall(callID string)
+}
+
+// Config configures an agent.
+type Config struct {
+	StateDir string // journal lives in StateDir/journal
+	Tracer   tracer.Config
+	// QueueBatches bounds the queue between the ring buffer reader and the decoder.
+	QueueBatches int
+	// PollInterval is the reader's deadline: with batched wake-ups, the longest an event
+	// waits in the ring when little is happening.
+	PollInterval time.Duration
+	Registry     prometheus.Registerer // nil: no metrics
+	Logger       *slog.Logger
+	Rules        Evaluator // optional
+}
+
+// Agent traces sandboxed calls.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	tr      *tracer.Tracer
+	rd      *ringbuf.Reader
+	jw      *journal.Writer
+	m       *metrics
+	queue   chan *batch
+	clock   int64 // wall-clock ns minus boot-clock ns
+	wg      sync.WaitGroup
+	closing chan struct{}
+
+	mu    sync.Mutex
+	calls map[uint64]*Call // by cgroup id
+	slots [tracer.MaxSlots]bool
+
+	userDrops [tracer.MaxSlots]atomic.Uint64
+
+	barrierMu sync.Mutex
+	barriers  []chan struct{}
+
+	rules atomic.Pointer[Evaluator]
+}
+
+// New loads the tracer, opens the journal and starts the pipeline.
+func New(cfg Config) (a *Agent, err error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("agent: no state dir")
+	}
+	if cfg.QueueBatches == 0 {
+		cfg.QueueBatches = 1024
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a = &Agent{cfg: cfg, log: cfg.Logger, calls: map[uint64]*Call{}, closing: make(chan struct{}),
+		queue: make(chan *batch, cfg.QueueBatches)}
+	if cfg.Rules != nil {
+		a.rules.Store(&cfg.Rules)
+	}
+	a.jw, err = journal.OpenWriter(filepath.Join(cfg.StateDir, "journal"))
+	if err != nil {
+		return nil, err
+	}
+	a.tr, err = tracer.New(cfg.Tracer)
+	if err != nil {
+		a.jw.Close()
+		return nil, err
+	}
+	a.rd, err = ringbuf.NewReader(a.tr.Events())
+	if err != nil {
+		a.tr.Close()
+		a.jw.Close()
+		return nil, fmt.Errorf("open ring buffer reader: %w", err)
+	}
+	a.clock = time.Now().UnixNano() - bootNanos()
+	a.m = newMetrics(cfg.Registry, func() float64 { return float64(a.rd.AvailableBytes()) }, float64(a.rd.BufferSize()))
+	a.wg.Add(2)
+	go a.readLoop()
+	go a.decodeLoop()
+	return a, nil
+}
+
+// SetRules replaces the rules evaluator (hot reload swaps inside the engine; this is for
+// installing one after start).
+func (a *Agent) SetRules(e Evaluator) { a.rules.Store(&e) }
+
+func bootNanos() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return ts.Nano()
+}
+
+// Close stops the pipeline and unloads the tracer. Calls still open are ended as incomplete.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	open := make([]*Call, 0, len(a.calls))
+	for _, c := range a.calls {
+		open = append(open, c)
+	}
+	a.mu.Unlock()
+	for _, c := range open {
+		_, _ = a.End(c, Result{Reason: event.EndUnknown, Detail: "agent stopped"})
+	}
+	close(a.closing)
+	err := a.rd.Close()
+	a.wg.Wait()
+	return errors.Join(err, a.tr.Close(), a.jw.Close())
+}
+
+// Journal is where the agent writes.
+func (a *Agent) Journal() *journal.Writer { return a.jw }
+
+// Call is one traced tool call.
+type Call struct {
+	Start  event.CallStart
+	cgroup uint64
+	slot   uint32
+
+	// Owned by the decoder goroutine until End has passed its barrier.
+	seq     uint64
+	counts  event.Counts
+	denials map[string]uint64
+	procs   map[uint32]string // pid -> executable
+	pending []event.Event
+}
+
+// Begin starts tracing the cgroup as a call. It must be called before the first process is
+// placed in the cgroup: then not one instruction of the call runs untraced.
+func (a *Agent) Begin(start event.CallStart, traced []uint32) (*Call, error) {
+	a.mu.Lock()
+	slot := -1
+	for i, used := range a.slots {
+		if !used {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("begin call %s: %d calls are traced already, the node's limit", start.CallID, tracer.MaxSlots)
+	}
+	if _, dup := a.calls[start.CgroupID]; dup {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
+	}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}}
+	a.slots[slot] = true
+	a.calls[start.CgroupID] = c
+	a.mu.Unlock()
+
+	fail := func(err error) (*Call, error) {
+		a.mu.Lock()
+		delete(a.calls, start.CgroupID)
+		a.slots[slot] = false
+		a.mu.Unlock()
+		return nil, err
+	}
+	if err := a.jw.AppendCallStart(&c.Start); err != nil {
+		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
+	}
+	a.userDrops[slot].Store(0)
+	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced}); err != nil {
+		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
+	}
+	a.m.active.Inc()
+	return c, nil
+}
+
+// Emit adds an event observed outside the kernel (a cap hit, a denial by the launcher) to the
+// call's stream, in order with its kernel events.
+func (a *Agent) Emit(c *Call, ev event.Event) {
+	ev.Time = time.Now()
+	a.queue <- &batch{cgroup: c.cgroup, user: &ev}
+}
+
+// Result is what the launcher knows at the end of a call.
+type Result struct {
+	Reason      event.EndReason
+	Detail      string
+	ExitStatus  int
+	ExitCode    int
+	ExitSignal  int
+	Limits      event.Limits
+	CPUTimeNs   uint64
+	PeakMemory  uint64
+	OutputBytes int64
+}
+
+// End stops tracing the call once every event it produced has gone through the pipeline, and
+// writes its record. The launcher calls it after the call's cgroup is empty.
+func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
+	var errs []error
+	if err := a.tr.Unregister(c.cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.barrier(5 * time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
+	}
+	a.mu.Lock()
+	delete(a.calls, c.cgroup)
+	a.mu.Unlock()
+
+	rec := &event.CallRecord{
+		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
+		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
+		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
+		Syscalls: map[string]uint64{}, Denials: c.denials,
+	}
+	counts, err := a.tr.TakeSyscallCounts(c.slot)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for nr, n := range counts {
+		rec.Syscalls[event.SyscallName(nr)] = n
+		rec.SyscallTotal += n
+	}
+	kdrops, err := a.tr.TakeDrops(c.slot)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0)}
+	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 {
+		d := rec.Dropped
+		a.append(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
+		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User)
+	}
+	if err := a.flush(c); err != nil {
+		errs = append(errs, err)
+	}
+	rec.Counts = c.counts
+	rec.Events = c.seq
+	if err := a.jw.AppendCallEnd(rec); err != nil {
+		a.m.journalErrs.Inc()
+		errs = append(errs, err)
+	}
+	if r := a.rules.Load(); r != nil {
+		(*r).EndCall(c.Start.CallID)
+	}
+	a.mu.Lock()
+	a.slots[c.slot] = false
+	a.mu.Unlock()
+	a.m.active.Dec()
+	a.m.calls.WithLabelValues(string(res.Reason)).Inc()
+	return rec, errors.Join(errs...)
+}
+
+// barrier returns once every event submitted to the ring before it was called has been
+// decoded and handed to its call.
+func (a *Agent) barrier(timeout time.Duration) error {
+	done := make(chan struct{})
+	a.barrierMu.Lock()
+	a.barriers = append(a.barriers, done)
+	a.barrierMu.Unlock()
+	if err := a.rd.Flush(); err != nil {
+		return fmt.Errorf("flush ring buffer: %w", err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("event pipeline did not drain within %s", timeout)
+	}
+}
+
+func (a *Agent) lookup(cgroup uint64) *Call {
+	a.mu.Lock()
+	c := a.calls[cgroup]
+	a.mu.Unlock()
+	return c
+}
+
+// append gives the event its place in the call's stream and runs the subscribers.
+func (a *Agent) append(c *Call, ev event.Event) {
+	c.seq++
+	ev.Seq = c.seq
+	ev.CallID, ev.Tool, ev.Tenant = c.Start.CallID, c.Start.Tool, c.Start.Tenant
+	c.counts.Add(&ev)
+	if ev.Kind == event.KindDenial && ev.Denial != nil {
+		c.denials[ev.Denial.Surface]++
+	}
+	a.m.events.WithLabelValues(string(ev.Kind)).Inc()
+	c.pending = append(c.pending, ev)
+	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
+		for _, al := range (*r).Eval(&c.pending[len(c.pending)-1]) {
+			a.append(c, al)
+		}
+	}
+	if len(c.pending) >= 1024 {
+		if err := a.flush(c); err != nil {
+			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
+		}
+	}
+}
+
+func (a *Agent) flush(c *Call) error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	err := a.jw.AppendEvents(c.pending)
+	if err != nil {
+		a.m.journalErrs.Inc()
+		return fmt.Errorf("journal events of call %s: %w", c.Start.CallID, err)
+	}
+	c.pending = c.pending[:0]
+	return nil
+}
+
+func (a *Agent) flushAll() {
+	a.mu.Lock()
+	calls := make([]*Call, 0, len(a.calls))
+	for _, c := range a.calls {
+		calls = append(calls, c)
+	}
+	a.mu.Unlock()
+	for _, c := range calls {
+		if err := a.flush(c); err != nil {
+			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
+		}
+	}
+}
+
+// enrich keeps the call's process tree and names each event's program and parent program.
+func (c *Call) enrich(ev *event.Event) {
+	switch ev.Kind {
+	case event.KindExec:
+		c.procs[ev.PID] = ev.Exec.Filename
+	case event.KindFork:
+		if exe, ok := c.procs[ev.PID]; ok {
+			c.procs[ev.Fork.ChildPID] = exe
+		}
+	}
+	ev.Exe = c.procs[ev.PID]
+	ev.ParentExe = c.procs[ev.PPID]
+	if ev.Kind == event.KindExit {
+		delete(c.procs, ev.PID)
+	}
+}
+
+// Layers are what the agent itself provides to every call.
+var Layers = []string{"ebpf-trace"}

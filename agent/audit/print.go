@@ -1,0 +1,237 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// PrintCalls writes the calls as a table.
+func PrintCalls(w io.Writer, calls []Call) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CALL ID\tTOOL\tTENANT\tSTART\tDURATION\tEND\tSTATUS\tEVENTS\tDENIALS\tDROPPED")
+	for _, c := range calls {
+		s := c.Start
+		if c.Record == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t%s\t-\t-\t-\t-\n", s.CallID, s.Tool, s.Tenant, s.Start.UTC().Format(time.RFC3339), event.EndUnknown)
+			continue
+		}
+		r := c.Record
+		var denials uint64
+		for _, n := range r.Denials {
+			denials += n
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", s.CallID, s.Tool, s.Tenant,
+			s.Start.UTC().Format(time.RFC3339), r.End.Sub(s.Start).Round(time.Millisecond), r.EndReason,
+			r.ExitStatus, r.Events, denials, r.Dropped.Kernel+r.Dropped.User)
+	}
+	return tw.Flush()
+}
+
+// PrintCallsJSON writes the calls as a JSON array.
+func PrintCallsJSON(w io.Writer, calls []Call) error {
+	if calls == nil {
+		calls = []Call{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(calls)
+}
+
+// TimelineJSON is the --json form of a timeline.
+type TimelineJSON struct {
+	Call   *Call         `json:"call"`
+	Events []event.Event `json:"events"`
+}
+
+// PrintTimelineJSON writes the call and its events as one JSON object.
+func PrintTimelineJSON(w io.Writer, c *Call, evs []event.Event) error {
+	if evs == nil {
+		evs = []event.Event{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(TimelineJSON{Call: c, Events: evs})
+}
+
+// PrintTimeline writes a call's header and its events, one line each, in order.
+func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
+	s := c.Start
+	fmt.Fprintf(w, "call %s  tool=%s  tenant=%s  policy=%s\n", s.CallID, s.Tool, s.Tenant, orDash(s.Policy))
+	fmt.Fprintf(w, "  argv:    %s\n", quoteArgv(s.Argv))
+	fmt.Fprintf(w, "  started: %s on %s (cgroup %d)\n", s.Start.UTC().Format(time.RFC3339Nano), s.Node, s.CgroupID)
+	fmt.Fprintf(w, "  layers:  %s\n", strings.Join(s.Layers, ", "))
+	if r := c.Record; r != nil {
+		fmt.Fprintf(w, "  ended:   +%.3fs  reason=%s  status=%d", r.End.Sub(s.Start).Seconds(), r.EndReason, r.ExitStatus)
+		if r.EndDetail != "" {
+			fmt.Fprintf(w, "  (%s)", r.EndDetail)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  usage:   cpu=%s  peak_memory=%s  output=%s  syscalls=%d\n",
+			time.Duration(r.CPUTimeNs).Round(time.Microsecond), bytesHuman(int64(r.PeakMemory)), bytesHuman(r.OutputBytes), r.SyscallTotal)
+		if len(r.Syscalls) > 0 {
+			fmt.Fprintf(w, "  top syscalls: %s\n", topSyscalls(r.Syscalls, 8))
+		}
+		fmt.Fprintf(w, "  counts:  exec=%d fork=%d exit=%d open=%d connect=%d denial=%d alert=%d  dropped=%d\n",
+			r.Counts.Exec, r.Counts.Fork, r.Counts.Exit, r.Counts.Open, r.Counts.Connect, r.Counts.Denial, r.Counts.Alert,
+			r.Dropped.Kernel+r.Dropped.User)
+	} else {
+		fmt.Fprintf(w, "  ended:   (no record: %s)\n", event.EndUnknown)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tPID\tPROGRAM\tEVENT\tDETAIL")
+	for i := range evs {
+		e := &evs[i]
+		prog := e.Exe
+		if prog == "" {
+			prog = e.Comm
+		}
+		fmt.Fprintf(tw, "%d\t+%.6f\t%d\t%s\t%s\t%s\n", e.Seq, e.Time.Sub(s.Start).Seconds(), e.PID, orDash(prog), e.Kind, Describe(e))
+	}
+	return tw.Flush()
+}
+
+// Describe is a one-line account of an event's own part.
+func Describe(e *event.Event) string {
+	switch {
+	case e.Exec != nil:
+		d := fmt.Sprintf("%s %s", e.Exec.Filename, quoteArgv(e.Exec.Argv))
+		if e.Exec.Setuid {
+			d += " [setuid]"
+		}
+		if e.Exec.Deleted {
+			d += " [deleted/memfd: " + e.Exec.ExeName + "]"
+		}
+		return d
+	case e.Fork != nil:
+		return fmt.Sprintf("child %d", e.Fork.ChildPID)
+	case e.Exit != nil:
+		if e.Exit.Signal != 0 {
+			return fmt.Sprintf("killed by signal %d", e.Exit.Signal)
+		}
+		return fmt.Sprintf("exit %d", e.Exit.Code)
+	case e.Open != nil:
+		return fmt.Sprintf("%s %s -> %s", e.Open.Path, openFlags(e.Open.Flags), result(e.Open.Result, e.Open.Errno))
+	case e.Connect != nil:
+		addr := e.Connect.Addr
+		if e.Connect.Family == "inet6" {
+			addr = "[" + addr + "]"
+		}
+		if e.Connect.Family == "inet" || e.Connect.Family == "inet6" {
+			addr = fmt.Sprintf("%s:%d", addr, e.Connect.Port)
+		}
+		return fmt.Sprintf("%s %s -> %s", e.Connect.Family, addr, result(e.Connect.Result, e.Connect.Errno))
+	case e.Syscall != nil:
+		d := e.Syscall.Name
+		if e.Syscall.Path != "" {
+			d += " " + e.Syscall.Path
+		}
+		if e.Syscall.Path2 != "" {
+			d += " " + e.Syscall.Path2
+		}
+		return d + " -> " + result(e.Syscall.Result, e.Syscall.Errno)
+	case e.Denial != nil:
+		d := fmt.Sprintf("%s denied %s (rule %s, surface %s)", e.Denial.Layer, e.Denial.Object, e.Denial.Rule, e.Denial.Surface)
+		if e.Denial.Audit {
+			d = "[audit] would be " + d
+		}
+		return d
+	case e.Alert != nil:
+		return fmt.Sprintf("[%s] %s: %s (event %d)", e.Alert.Severity, e.Alert.RuleID, e.Alert.Output, e.Alert.EventSeq)
+	case e.Drop != nil:
+		return fmt.Sprintf("%d events lost in the kernel, %d in the agent", e.Drop.Kernel, e.Drop.User)
+	case e.Limit != nil:
+		d := fmt.Sprintf("%s cap hit (limit %d)", e.Limit.Resource, e.Limit.Limit)
+		if e.Limit.Detail != "" {
+			d += ": " + e.Limit.Detail
+		}
+		return d
+	}
+	return ""
+}
+
+func result(ret int64, errno string) string {
+	if errno != "" {
+		return errno
+	}
+	return fmt.Sprint(ret)
+}
+
+func openFlags(f uint32) string {
+	var parts []string
+	switch f & 3 {
+	case 0:
+		parts = append(parts, "RDONLY")
+	case 1:
+		parts = append(parts, "WRONLY")
+	case 2:
+		parts = append(parts, "RDWR")
+	}
+	for _, fl := range []struct {
+		bit  uint32
+		name string
+	}{{0x40, "CREAT"}, {0x200, "TRUNC"}, {0x400, "APPEND"}, {0x10000, "DIRECTORY"}, {0x80000, "CLOEXEC"}} {
+		if f&fl.bit != 0 {
+			parts = append(parts, fl.name)
+		}
+	}
+	return strings.Join(parts, "|")
+}
+
+func quoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
+			out[i] = fmt.Sprintf("%q", a)
+		} else {
+			out[i] = a
+		}
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+func topSyscalls(m map[string]uint64, n int) string {
+	type kv struct {
+		k string
+		v uint64
+	}
+	var s []kv
+	for k, v := range m {
+		s = append(s, kv{k, v})
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i].v > s[j].v || s[i].v == s[j].v && s[i].k < s[j].k })
+	if len(s) > n {
+		s = s[:n]
+	}
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = fmt.Sprintf("%s=%d", x.k, x.v)
+	}
+	return strings.Join(parts, " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesHuman(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+type metrics struct {
+	calls       *prometheus.CounterVec
+	active      prometheus.Gauge
+	events      *prometheus.CounterVec
+	drops       *prometheus.CounterVec
+	malformed   prometheus.Counter
+	orphans     prometheus.Counter
+	journalErrs prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64) *metrics {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_calls_total", Help: "Finished tool calls by end reason.",
+		}, []string{"end_reason"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "berm_calls_active", Help: "Tool calls being traced now.",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_events_total", Help: "Events recorded, by kind.",
+		}, []string{"kind"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_events_dropped_total", Help: "Events lost: in the kernel (ring buffer full) or in the agent (queue full).",
+		}, []string{"where"}),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berm_events_malformed_total", Help: "Ring buffer records that did not match the wire contract.",
+		}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berm_events_orphaned_total", Help: "Events for a cgroup with no call (should stay 0).",
+		}),
+		journalErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berm_journal_errors_total", Help: "Failed journal appends.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.malformed, m.orphans, m.journalErrs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "berm_ringbuf_pending_bytes", Help: "Bytes waiting in the event ring buffer.",
+		}, ring),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "berm_ringbuf_size_bytes", Help: "Size of the event ring buffer.",
+		}, func() float64 { return ringSize }),
+	)
+	for _, k := range []string{"kernel", "user"} {
+		m.drops.WithLabelValues(k)
+	}
+	return m
+}
+
+// NewRegistry is a dedicated registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}

@@ -1,0 +1,168 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// A batch is what travels through the queue: raw records copied out of the ring, or one event
+// made in user space, or a barrier.
+type batch struct {
+	buf  []byte
+	ends []int // record i is buf[ends[i-1]:ends[i]]
+
+	cgroup  uint64       // with user
+	user    *event.Event // an event made in user space
+	barrier []chan struct{}
+}
+
+const batchRecords = 256
+
+func (b *batch) add(raw []byte) {
+	b.buf = append(b.buf, raw...)
+	b.ends = append(b.ends, len(b.buf))
+}
+
+func (b *batch) records(fn func([]byte)) {
+	start := 0
+	for _, end := range b.ends {
+		fn(b.buf[start:end])
+		start = end
+	}
+}
+
+// readLoop copies records out of the ring into batches. It wakes on the kernel's batched
+// wake-ups or its own deadline, whichever is first.
+func (a *Agent) readLoop() {
+	defer a.wg.Done()
+	defer close(a.queue)
+	var rec ringbuf.Record
+	b := &batch{}
+	for {
+		a.rd.SetDeadline(time.Now().Add(a.cfg.PollInterval))
+		err := a.rd.ReadInto(&rec)
+		switch {
+		case err == nil:
+			b.add(rec.RawSample)
+			if len(b.ends) >= batchRecords {
+				a.send(b)
+				b = &batch{}
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if len(b.ends) > 0 {
+				a.send(b)
+				b = &batch{}
+			}
+		case errors.Is(err, ringbuf.ErrFlushed):
+			// Barriers registered before this point: drain what the ring holds now, then
+			// pass them down behind those records.
+			a.barrierMu.Lock()
+			waiting := a.barriers
+			a.barriers = nil
+			a.barrierMu.Unlock()
+			a.drain(&rec, b)
+			b.barrier = waiting
+			a.queue <- b
+			b = &batch{}
+		case errors.Is(err, ringbuf.ErrClosed):
+			return
+		default:
+			a.log.Error("ring buffer read failed", "err", err)
+			select {
+			case <-a.closing:
+				return
+			case <-time.After(a.cfg.PollInterval):
+			}
+		}
+	}
+}
+
+// drain reads everything the ring holds right now into b.
+func (a *Agent) drain(rec *ringbuf.Record, b *batch) {
+	a.rd.SetDeadline(time.Now())
+	for {
+		if err := a.rd.ReadInto(rec); err != nil {
+			return
+		}
+		b.add(rec.RawSample)
+	}
+}
+
+// send queues a batch. A full queue gets a short grace, then the batch is dropped and every
+// record in it is counted against its own call.
+func (a *Agent) send(b *batch) {
+	select {
+	case a.queue <- b:
+		return
+	default:
+	}
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case a.queue <- b:
+		return
+	case <-t.C:
+	}
+	b.records(func(raw []byte) {
+		if h, ok := peekHeader(raw); ok && h.Slot < uint32(len(a.userDrops)) {
+			a.userDrops[h.Slot].Add(1)
+		}
+		a.m.drops.WithLabelValues("user").Inc()
+	})
+}
+
+// decodeLoop decodes records and hands each to its call.
+func (a *Agent) decodeLoop() {
+	defer a.wg.Done()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case b, ok := <-a.queue:
+			if !ok {
+				a.flushAll()
+				return
+			}
+			a.handle(b)
+		case <-tick.C:
+			a.flushAll()
+		}
+	}
+}
+
+func (a *Agent) handle(b *batch) {
+	if b.user != nil {
+		if c := a.lookup(b.cgroup); c != nil {
+			a.append(c, *b.user)
+		}
+	}
+	b.records(func(raw []byte) {
+		var ev event.Event
+		if err := decode(raw, &ev); err != nil {
+			a.m.malformed.Inc()
+			a.log.Error("malformed ring buffer record", "err", err)
+			if h, ok := peekHeader(raw); ok && h.Slot < uint32(len(a.userDrops)) {
+				a.userDrops[h.Slot].Add(1)
+			}
+			return
+		}
+		h, _ := peekHeader(raw)
+		c := a.lookup(h.CgroupId)
+		if c == nil {
+			a.m.orphans.Inc()
+			return
+		}
+		ev.Time = time.Unix(0, a.clock+int64(h.TsNs))
+		c.enrich(&ev)
+		a.append(c, ev)
+	})
+	for _, done := range b.barrier {
+		a.flushAll()
+		close(done)
+	}
+}

@@ -1,0 +1,209 @@
+// Package tracer loads berm's eBPF objects (bpf/process.bpf.c, bpf/syscalls.bpf.c), shares
+// their common maps, attaches them and gives typed access to the per-call maps.
+package tracer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/bermsec/berm/bpf"
+)
+
+// MaxSlots is how many calls can be traced at once on a node (BERM_MAX_SLOTS).
+const MaxSlots = 256
+
+// MaxSyscalls is the size of a call's syscall counter row (BERM_MAX_SYSCALLS).
+const MaxSyscalls = 512
+
+// Config tunes the objects at load time.
+type Config struct {
+	// RingBytes is the event ring buffer's size: a power of two, a multiple of the page size.
+	RingBytes uint32
+	// WakeupBytes: the kernel wakes the reader only once this much data waits; below it the
+	// reader picks events up on its own deadline. Wake-ups dominate the cost of an event.
+	WakeupBytes uint64
+}
+
+// DefaultConfig is a 4 MiB ring with wake-ups every 64 KiB.
+var DefaultConfig = Config{RingBytes: 4 << 20, WakeupBytes: 64 << 10}
+
+// Tracer holds the loaded, attached objects.
+type Tracer struct {
+	proc  bpf.ProcessObjects
+	sys   bpf.SyscallsObjects
+	links []link.Link
+}
+
+// New loads and attaches everything, or nothing: on any failure what was done is undone.
+func New(cfg Config) (t *Tracer, err error) {
+	if cfg.RingBytes == 0 {
+		cfg = DefaultConfig
+	}
+	t = &Tracer{}
+	defer func() {
+		if err != nil {
+			t.Close()
+			t = nil
+		}
+	}()
+
+	procSpec, err := bpf.LoadProcess()
+	if err != nil {
+		return nil, fmt.Errorf("load process spec: %w", err)
+	}
+	procSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
+	if err := procSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
+		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	if err := procSpec.LoadAndAssign(&t.proc, nil); err != nil {
+		return nil, fmt.Errorf("load process objects: %w", verifierDetail(err))
+	}
+
+	sysSpec, err := bpf.LoadSyscalls()
+	if err != nil {
+		return nil, fmt.Errorf("load syscalls spec: %w", err)
+	}
+	if err := sysSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
+		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	shared := map[string]*ebpf.Map{
+		"berm_calls":  t.proc.BermCalls,
+		"berm_events": t.proc.BermEvents,
+		"berm_drops":  t.proc.BermDrops,
+	}
+	if err := sysSpec.LoadAndAssign(&t.sys, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
+		return nil, fmt.Errorf("load syscalls objects: %w", verifierDetail(err))
+	}
+
+	for _, p := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sched_process_exec", t.proc.BermSchedExec},
+		{"sched_process_fork", t.proc.BermSchedFork},
+		{"sched_process_exit", t.proc.BermSchedExit},
+		{"sys_enter", t.sys.BermSysEnter},
+		{"sys_exit", t.sys.BermSysExit},
+	} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return nil, fmt.Errorf("attach tp_btf/%s: %w", p.name, err)
+		}
+		t.links = append(t.links, l)
+	}
+	return t, nil
+}
+
+func verifierDetail(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%+v", ve)
+	}
+	return err
+}
+
+// Events is the ring buffer every program writes to.
+func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
+
+// CallConfig is what the kernel knows about a call.
+type CallConfig struct {
+	Slot uint32
+	// Traced are the syscall numbers that get an individual event.
+	Traced []uint32
+}
+
+// Register makes the programs report the cgroup's processes as the call in slot.
+func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
+	if cfg.Slot >= MaxSlots {
+		return fmt.Errorf("register cgroup %d: slot %d out of range", cgroupID, cfg.Slot)
+	}
+	v := bpf.ProcessBermCallCfg{Slot: cfg.Slot}
+	for _, nr := range cfg.Traced {
+		if nr >= MaxSyscalls {
+			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)
+		}
+		v.SysMask[nr/64] |= 1 << (nr % 64)
+	}
+	if err := t.proc.BermCalls.Update(cgroupID, &v, ebpf.UpdateNoExist); err != nil {
+		return fmt.Errorf("register cgroup %d: %w", cgroupID, err)
+	}
+	return nil
+}
+
+// Unregister stops reporting the cgroup.
+func (t *Tracer) Unregister(cgroupID uint64) error {
+	if err := t.proc.BermCalls.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unregister cgroup %d: %w", cgroupID, err)
+	}
+	return nil
+}
+
+// TakeSyscallCounts returns the slot's per-syscall counts (summed over CPUs) and zeroes them
+// for the slot's next call.
+func (t *Tracer) TakeSyscallCounts(slot uint32) (map[uint32]uint64, error) {
+	counts := map[uint32]uint64{}
+	base := slot * MaxSyscalls
+	keys := make([]uint32, MaxSyscalls)
+	for i := range keys {
+		keys[i] = base + uint32(i)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("possible cpus: %w", err)
+	}
+	per := make([]uint64, ncpu)
+	for i, k := range keys {
+		if err := t.sys.BermSyscounts.Lookup(k, &per); err != nil {
+			return nil, fmt.Errorf("read syscall counters of slot %d: %w", slot, err)
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		if sum > 0 {
+			counts[uint32(i)] = sum
+			clear(per)
+			if err := t.sys.BermSyscounts.Update(k, per, ebpf.UpdateExist); err != nil {
+				return nil, fmt.Errorf("reset syscall counters of slot %d: %w", slot, err)
+			}
+		}
+	}
+	return counts, nil
+}
+
+// TakeDrops returns the number of events of slot lost in the kernel and zeroes it.
+func (t *Tracer) TakeDrops(slot uint32) (uint64, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("possible cpus: %w", err)
+	}
+	per := make([]uint64, ncpu)
+	if err := t.proc.BermDrops.Lookup(slot, &per); err != nil {
+		return 0, fmt.Errorf("read drops of slot %d: %w", slot, err)
+	}
+	var sum uint64
+	for _, v := range per {
+		sum += v
+	}
+	if sum > 0 {
+		clear(per)
+		if err := t.proc.BermDrops.Update(slot, per, ebpf.UpdateExist); err != nil {
+			return 0, fmt.Errorf("reset drops of slot %d: %w", slot, err)
+		}
+	}
+	return sum, nil
+}
+
+// Close detaches and unloads everything.
+func (t *Tracer) Close() error {
+	var errs []error
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	t.links = nil
+	errs = append(errs, t.sys.Close(), t.proc.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/bermsec/berm/agent/audit"
+)
+
+// openSource opens --source: the local journal by default.
+func openSource(stateDir, source string) (audit.Source, func(), error) {
+	if source == "" || source == "journal" {
+		return audit.Journal{Dir: filepath.Join(stateDir, "journal")}, func() {}, nil
+	}
+	if open, ok := sourceOpeners[schemeOf(source)]; ok {
+		return open(source)
+	}
+	return nil, nil, fmt.Errorf("--source: expected 'journal' or clickhouse://HOST:PORT/DB, got %q", source)
+}
+
+// sourceOpeners are registered by the files of later capabilities (ClickHouse).
+var sourceOpeners = map[string]func(string) (audit.Source, func(), error){}
+
+func schemeOf(s string) string {
+	for i := 0; i+3 <= len(s); i++ {
+		if s[i:i+3] == "://" {
+			return s[:i]
+		}
+	}
+	return ""
+}
+
+func cmdCalls(args []string) int {
+	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
+	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
+	tool := fs.String("tool", "", "only this tool")
+	tenant := fs.String("tenant", "", "only this tenant")
+	since := fs.String("since", "", "only calls started since: a duration ago (1h) or an RFC 3339 time")
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	f := audit.Filter{Tool: *tool, Tenant: *tenant}
+	if *since != "" {
+		if d, err := time.ParseDuration(*since); err == nil {
+			f.Since = time.Now().Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, *since); err == nil {
+			f.Since = t
+		} else {
+			return fail("--since: expected a duration like 1h or an RFC 3339 time, got %q", *since)
+		}
+	}
+	src, closeSrc, err := openSource(*stateDir, *source)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeSrc()
+	calls, err := src.Calls(f)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		err = audit.PrintCallsJSON(os.Stdout, calls)
+	} else {
+		err = audit.PrintCalls(os.Stdout, calls)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+func cmdTimeline(args []string) int {
+	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
+	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
+	asJSON := fs.Bool("json", false, "JSON output")
+	// Flags may follow the call id.
+	var id string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if id != "" {
+			return fail("timeline takes one call id, got %q and %q", id, fs.Arg(0))
+		}
+		id, rest = fs.Arg(0), fs.Args()[1:]
+	}
+	if id == "" {
+		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--source S] CALL_ID")
+		return 2
+	}
+	src, closeSrc, err := openSource(*stateDir, *source)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeSrc()
+	call, evs, err := src.Timeline(id)
+	if errors.Is(err, audit.ErrNoCall) {
+		return fail("no call %q in %s", id, sourceName(*stateDir, *source))
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		err = audit.PrintTimelineJSON(os.Stdout, call, evs)
+	} else {
+		err = audit.PrintTimeline(os.Stdout, call, evs)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+func sourceName(stateDir, source string) string {
+	if source == "" || source == "journal" {
+		return filepath.Join(stateDir, "journal")
+	}
+	return source
+}

@@ -1,0 +1,8 @@
+package policy
+
+import "testing"
+
+func TestStrictParses(t *testing.T) {
+	p := Strict()
+	t.Logf("%+v", p.Spec)
+}

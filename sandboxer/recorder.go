@@ -1,0 +1,54 @@
+package sandboxer
+
+import (
+	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/daemon"
+	"github.com/bermsec/berm/agent/event"
+)
+
+// Recorder traces calls: the agent loaded in this process (the embedded default) or bermd.
+type Recorder interface {
+	Begin(start event.CallStart, traced []uint32) (CallRecorder, error)
+	// Layers names the observation and enforcement layers the recorder provides.
+	Layers() []string
+}
+
+// CallRecorder is one call being traced.
+type CallRecorder interface {
+	Emit(ev event.Event)
+	End(res agent.Result) (*event.CallRecord, error)
+}
+
+// Local records with an in-process agent.
+type Local struct{ Agent *agent.Agent }
+
+func (l Local) Begin(start event.CallStart, traced []uint32) (CallRecorder, error) {
+	c, err := l.Agent.Begin(start, traced)
+	if err != nil {
+		return nil, err
+	}
+	return localCall{l.Agent, c}, nil
+}
+
+func (l Local) Layers() []string { return agent.Layers }
+
+type localCall struct {
+	a *agent.Agent
+	c *agent.Call
+}
+
+func (l localCall) Emit(ev event.Event)                             { l.a.Emit(l.c, ev) }
+func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a.End(l.c, res) }
+
+// Remote records through bermd.
+type Remote struct{ Client *daemon.Client }
+
+func (r Remote) Begin(start event.CallStart, traced []uint32) (CallRecorder, error) {
+	c, err := r.Client.Begin(start, traced)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (r Remote) Layers() []string { return r.Client.Layers() }
