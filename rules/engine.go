@@ -1,0 +1,291 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// maxKeysPerCall bounds the window state one call can create (a window keyed by a value the
+// tool controls must not grow without end).
+const maxKeysPerCall = 4096
+
+// Engine evaluates a rule set on a stream of events and returns the alerts they raise.
+type Engine struct {
+	set atomic.Pointer[Set]
+	m   *metrics
+
+	mu    sync.Mutex // guards act and calls; Eval is called from one goroutine, so it is free
+	act   activation
+	calls map[string]*callState
+
+	reloadMu  sync.Mutex
+	reloadErr error
+}
+
+type callState struct {
+	windows map[winKey]*window
+}
+
+// Window state is keyed by the compiled rule: a swap starts windows afresh.
+type winKey struct {
+	rule *Rule
+	by   string
+}
+
+// window holds the times of the last Count matches, in a ring.
+type window struct {
+	times []time.Time
+	next  int
+	n     int
+	quiet time.Time // after firing, matches before this do not count: one alert per window
+}
+
+// NewEngine makes an engine over set. reg may be nil.
+func NewEngine(set *Set, reg prometheus.Registerer) *Engine {
+	e := &Engine{m: newMetrics(reg), calls: map[string]*callState{}}
+	e.Swap(set)
+	return e
+}
+
+// Set is the active rule set.
+func (e *Engine) Set() *Set { return e.set.Load() }
+
+// Swap replaces the rule set; evaluations in flight finish with the old one.
+func (e *Engine) Swap(set *Set) {
+	e.set.Store(set)
+	e.mu.Lock()
+	for _, cs := range e.calls {
+		clear(cs.windows)
+	}
+	e.mu.Unlock()
+	if set != nil {
+		e.m.rules.Set(float64(set.Len()))
+	}
+}
+
+// EndCall drops the state kept for a call.
+func (e *Engine) EndCall(callID string) {
+	e.mu.Lock()
+	delete(e.calls, callID)
+	e.mu.Unlock()
+}
+
+// ReloadError is the error of the last failed reload, nil after a good one.
+func (e *Engine) ReloadError() error {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	return e.reloadErr
+}
+
+func (e *Engine) setReloadResult(err error) {
+	e.reloadMu.Lock()
+	e.reloadErr = err
+	e.reloadMu.Unlock()
+	if err != nil {
+		e.m.reloads.WithLabelValues("error").Inc()
+	} else {
+		e.m.reloads.WithLabelValues("ok").Inc()
+	}
+}
+
+// Eval evaluates the rules that can match ev and returns the alerts it raises: events of kind
+// alert for the same call and process, with Alert.EventSeq = ev.Seq and Seq left 0.
+func (e *Engine) Eval(ev *event.Event) []event.Event {
+	if ev.Kind == event.KindAlert {
+		return nil
+	}
+	s := e.set.Load()
+	if s == nil {
+		return nil
+	}
+	cands := s.candidates(ev)
+	if len(cands) == 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.act.ev = ev
+	var out []event.Event
+	for _, r := range cands {
+		ok, err := r.match(&e.act)
+		if err != nil {
+			e.m.errors.WithLabelValues(r.ID).Inc()
+			continue
+		}
+		if !ok || (r.Window != nil && !e.window(r, ev)) {
+			continue
+		}
+		out = append(out, r.alert(ev, &e.act))
+		e.m.alerts.WithLabelValues(r.ID, r.Severity, r.Surface).Inc()
+	}
+	e.act.ev = nil
+	return out
+}
+
+func (r *Rule) match(act *activation) (bool, error) {
+	v, _, err := r.cond.Eval(act)
+	if err != nil {
+		return false, err
+	}
+	if v != types.True {
+		return false, nil
+	}
+	for _, ex := range r.exceptions {
+		if v, _, err := ex.prg.Eval(act); err == nil && v == types.True {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// window counts a match of a windowed rule and says whether the rule fires.
+func (e *Engine) window(r *Rule, ev *event.Event) bool {
+	cs := e.calls[ev.CallID]
+	if cs == nil {
+		cs = &callState{windows: map[winKey]*window{}}
+		e.calls[ev.CallID] = cs
+	}
+	key := winKey{rule: r}
+	if r.by != nil {
+		v, _, err := r.by.Eval(&e.act)
+		if err != nil {
+			return false
+		}
+		key.by = format(v)
+	}
+	w := cs.windows[key]
+	if w == nil {
+		if len(cs.windows) >= maxKeysPerCall {
+			return false
+		}
+		w = &window{times: make([]time.Time, r.Window.Count)}
+		cs.windows[key] = w
+	}
+	t := ev.Time
+	if t.Before(w.quiet) {
+		return false
+	}
+	w.times[w.next] = t
+	w.next = (w.next + 1) % len(w.times)
+	if w.n < len(w.times) {
+		w.n++
+	}
+	if w.n < len(w.times) {
+		return false
+	}
+	oldest := w.times[w.next] // the ring is full: next is the oldest
+	if t.Sub(oldest) > r.Window.Within {
+		return false
+	}
+	w.n, w.next = 0, 0
+	w.quiet = t.Add(r.Window.Within)
+	return true
+}
+
+func (r *Rule) alert(ev *event.Event, act *activation) event.Event {
+	return event.Event{
+		CallID: ev.CallID, Time: ev.Time, Kind: event.KindAlert, Tool: ev.Tool, Tenant: ev.Tenant,
+		PID: ev.PID, TID: ev.TID, PPID: ev.PPID, UID: ev.UID, Comm: ev.Comm, Exe: ev.Exe, ParentExe: ev.ParentExe,
+		Alert: &event.Alert{
+			RuleID: r.ID, Title: r.Title, Severity: r.Severity, Surface: r.Surface,
+			Technique: r.Technique, Output: r.render(act), EventSeq: ev.Seq,
+		},
+	}
+}
+
+// render prints the output template; an expression that fails prints as <error: ...>.
+func (r *Rule) render(act *activation) string {
+	s, _ := r.renderErr(act)
+	return s
+}
+
+func (r *Rule) renderErr(act *activation) (string, error) {
+	var b strings.Builder
+	var errs []error
+	for _, p := range r.output {
+		if p.prg == nil {
+			b.WriteString(p.lit)
+			continue
+		}
+		v, _, err := p.prg.Eval(act)
+		if err != nil {
+			fmt.Fprintf(&b, "<error: %v>", err)
+			errs = append(errs, err)
+			continue
+		}
+		b.WriteString(format(v))
+	}
+	return b.String(), errors.Join(errs...)
+}
+
+// format prints a CEL value for an output: strings bare, lists space-separated.
+func format(v ref.Val) string {
+	switch x := v.(type) {
+	case types.String:
+		return string(x)
+	case traits.Lister:
+		n := int64(x.Size().(types.Int))
+		items := make([]string, 0, n)
+		for i := int64(0); i < n; i++ {
+			items = append(items, format(x.Get(types.Int(i))))
+		}
+		return strings.Join(items, " ")
+	}
+	return fmt.Sprint(v.Value())
+}
+
+type metrics struct {
+	alerts  *prometheus.CounterVec
+	errors  *prometheus.CounterVec
+	reloads *prometheus.CounterVec
+	rules   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_alerts_total", Help: "Alerts raised by detection rules.",
+		}, []string{"rule", "severity", "surface"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_rule_errors_total", Help: "Rule evaluations that failed (counted as no match).",
+		}, []string{"rule"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_rules_reloads_total", Help: "Rule set reloads, by result.",
+		}, []string{"result"}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "berm_rules_active", Help: "Enabled rules in the active rule set.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	m.alerts = register(reg, m.alerts)
+	m.errors = register(reg, m.errors)
+	m.reloads = register(reg, m.reloads)
+	m.rules = register(reg, m.rules)
+	return m
+}
+
+// register registers c, or reuses the collector already registered under its name.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if prev, ok := are.ExistingCollector.(C); ok {
+				return prev
+			}
+		}
+	}
+	return c
+}
