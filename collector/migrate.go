@@ -1,0 +1,66 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Migrate applies the schema's migrations that the server's schema_migrations does not list.
+// Every statement is idempotent (IF NOT EXISTS), so two collectors starting at once, or one
+// dying half way, leave a correct schema behind; the version is recorded after its statements.
+func Migrate(ctx context.Context, conn driver.Conn, o SchemaOptions, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	ms, err := Migrations(o)
+	if err != nil {
+		return err
+	}
+	if err := conn.Exec(ctx, o.MigrationsTable()); err != nil {
+		return fmt.Errorf("create %s.schema_migrations: %w", o.Database, err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, "SELECT DISTINCT version FROM "+o.Database+".schema_migrations")
+	if err != nil {
+		return fmt.Errorf("read %s.schema_migrations: %w", o.Database, err)
+	}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("read %s.schema_migrations: %w", o.Database, err)
+		}
+		applied[int(v)] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s.schema_migrations: %w", o.Database, err)
+	}
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		for i, stmt := range m.Statements {
+			if err := conn.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("schema migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO "+o.Database+".schema_migrations (version, name, dialect, applied_at)")
+		if err != nil {
+			return fmt.Errorf("record schema migration %04d: %w", m.Version, err)
+		}
+		if err := b.Append(uint32(m.Version), m.Name, string(o.Dialect), time.Now()); err != nil {
+			b.Abort()
+			return fmt.Errorf("record schema migration %04d: %w", m.Version, err)
+		}
+		if err := b.Send(); err != nil {
+			return fmt.Errorf("record schema migration %04d: %w", m.Version, err)
+		}
+		log.Info("schema migration applied", "version", m.Version, "name", m.Name, "dialect", o.Dialect, "database", o.Database)
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package collector
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// parts are the kind-specific parts of an event, stored as one JSON object in the detail
+// column: {"open":{...}}. Only set parts are written, so any combination round-trips.
+type parts struct {
+	Exec    *event.Exec    `json:"exec,omitempty"`
+	Fork    *event.Fork    `json:"fork,omitempty"`
+	Exit    *event.Exit    `json:"exit,omitempty"`
+	Open    *event.Open    `json:"open,omitempty"`
+	Connect *event.Connect `json:"connect,omitempty"`
+	Syscall *event.Syscall `json:"syscall,omitempty"`
+	Denial  *event.Denial  `json:"denial,omitempty"`
+	Alert   *event.Alert   `json:"alert,omitempty"`
+	Drop    *event.Drop    `json:"drop,omitempty"`
+	Limit   *event.Limit   `json:"limit,omitempty"`
+}
+
+func partsOf(e *event.Event) parts {
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit}
+}
+
+func (p parts) setOn(e *event.Event) {
+	e.Exec, e.Fork, e.Exit, e.Open, e.Connect = p.Exec, p.Fork, p.Exit, p.Open, p.Connect
+	e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit = p.Syscall, p.Denial, p.Alert, p.Drop, p.Limit
+}
+
+// column is one column of an insert: its name and the values, a typed slice.
+type column struct {
+	name   string
+	values any
+}
+
+// eventRows are the events table's rows, column by column (clickhouse-go appends a typed
+// slice per column far faster than row by row).
+type eventRows struct {
+	tenant, tool, callID []string
+	seq                  []uint64
+	time                 []time.Time
+	timeNs               []uint32
+	kind                 []string
+	pid, tid, ppid, uid  []uint32
+	comm, exe, parentExe []string
+	path                 []string
+	addr                 [][16]byte
+	port                 []uint16
+	result               []int64
+	errno, syscall, rule []string
+	detail               []string
+}
+
+func (r *eventRows) len() int { return len(r.seq) }
+
+func (r *eventRows) add(e *event.Event) error {
+	detail, err := json.Marshal(partsOf(e))
+	if err != nil {
+		return fmt.Errorf("encode event %s: %w", e.ID(), err)
+	}
+	var (
+		path, errno, syscall, rule string
+		addr                       [16]byte
+		port                       uint16
+		result                     int64
+	)
+	switch {
+	case e.Open != nil:
+		path, result, errno = e.Open.Path, e.Open.Result, e.Open.Errno
+	case e.Connect != nil:
+		result, errno, port = e.Connect.Result, e.Connect.Errno, e.Connect.Port
+		if ip, err := netip.ParseAddr(e.Connect.Addr); err == nil {
+			addr = ip.As16()
+		} else {
+			path = e.Connect.Addr // a unix socket
+		}
+	case e.Syscall != nil:
+		path, result, errno, syscall = e.Syscall.Path, e.Syscall.Result, e.Syscall.Errno, e.Syscall.Name
+	case e.Exec != nil:
+		path = e.Exec.Filename
+	case e.Denial != nil:
+		path, rule = e.Denial.Object, e.Denial.Rule
+	case e.Alert != nil:
+		rule = e.Alert.RuleID
+	case e.Exit != nil:
+		result = int64(e.Exit.Code)
+	}
+	t := e.Time.UTC()
+	r.tenant = append(r.tenant, e.Tenant)
+	r.tool = append(r.tool, e.Tool)
+	r.callID = append(r.callID, e.CallID)
+	r.seq = append(r.seq, e.Seq)
+	r.time = append(r.time, t)
+	r.timeNs = append(r.timeNs, uint32(t.Nanosecond()))
+	r.kind = append(r.kind, string(e.Kind))
+	r.pid = append(r.pid, e.PID)
+	r.tid = append(r.tid, e.TID)
+	r.ppid = append(r.ppid, e.PPID)
+	r.uid = append(r.uid, e.UID)
+	r.comm = append(r.comm, e.Comm)
+	r.exe = append(r.exe, e.Exe)
+	r.parentExe = append(r.parentExe, e.ParentExe)
+	r.path = append(r.path, path)
+	r.addr = append(r.addr, addr)
+	r.port = append(r.port, port)
+	r.result = append(r.result, result)
+	r.errno = append(r.errno, errno)
+	r.syscall = append(r.syscall, syscall)
+	r.rule = append(r.rule, rule)
+	r.detail = append(r.detail, string(detail))
+	return nil
+}
+
+func (r *eventRows) columns(d Dialect) []column {
+	cols := []column{
+		{"tenant", r.tenant}, {"tool", r.tool}, {"call_id", r.callID}, {"seq", r.seq},
+		{"time", r.time},
+	}
+	if d == Legacy {
+		cols = append(cols, column{"time_ns", r.timeNs})
+	}
+	cols = append(cols,
+		column{"kind", r.kind}, column{"pid", r.pid}, column{"tid", r.tid}, column{"ppid", r.ppid},
+		column{"uid", r.uid}, column{"comm", r.comm}, column{"exe", r.exe},
+		column{"parent_exe", r.parentExe}, column{"path", r.path}, column{"addr", addrValues(d, r.addr)},
+		column{"port", r.port}, column{"result", r.result}, column{"errno", r.errno},
+		column{"syscall", r.syscall}, column{"rule", r.rule}, column{"detail", r.detail},
+	)
+	return cols
+}
+
+// addrValues gives IPv6 columns the 16-byte arrays and legacy FixedString(16) columns the
+// same bytes as strings (what IPv6StringToNum stores there).
+func addrValues(d Dialect, addr [][16]byte) any {
+	if d == Modern {
+		return addr
+	}
+	out := make([]string, len(addr))
+	for i := range addr {
+		out[i] = string(addr[i][:])
+	}
+	return out
+}
+
+func (r *eventRows) reset() { *r = eventRows{} }
+
+// alertRows are the alerts table's rows.
+type alertRows struct {
+	tenant, tool, callID []string
+	seq                  []uint64
+	time                 []time.Time
+	timeNs               []uint32
+	ruleID, title        []string
+	severity, surface    []string
+	technique            [][]string
+	output               []string
+	eventSeq             []uint64
+}
+
+func (r *alertRows) len() int { return len(r.seq) }
+
+func (r *alertRows) add(e *event.Event) {
+	a := e.Alert
+	t := e.Time.UTC()
+	tech := a.Technique
+	if tech == nil {
+		tech = []string{}
+	}
+	r.tenant = append(r.tenant, e.Tenant)
+	r.tool = append(r.tool, e.Tool)
+	r.callID = append(r.callID, e.CallID)
+	r.seq = append(r.seq, e.Seq)
+	r.time = append(r.time, t)
+	r.timeNs = append(r.timeNs, uint32(t.Nanosecond()))
+	r.ruleID = append(r.ruleID, a.RuleID)
+	r.title = append(r.title, a.Title)
+	r.severity = append(r.severity, a.Severity)
+	r.surface = append(r.surface, a.Surface)
+	r.technique = append(r.technique, tech)
+	r.output = append(r.output, a.Output)
+	r.eventSeq = append(r.eventSeq, a.EventSeq)
+}
+
+func (r *alertRows) columns(d Dialect) []column {
+	cols := []column{
+		{"tenant", r.tenant}, {"tool", r.tool}, {"call_id", r.callID}, {"seq", r.seq}, {"time", r.time},
+	}
+	if d == Legacy {
+		cols = append(cols, column{"time_ns", r.timeNs})
+	}
+	return append(cols,
+		column{"rule_id", r.ruleID}, column{"title", r.title}, column{"severity", r.severity},
+		column{"surface", r.surface}, column{"technique", r.technique}, column{"output", r.output},
+		column{"event_seq", r.eventSeq},
+	)
+}
+
+// startRows are the call_starts table's rows. raw is the record as the journal holds it, so
+// that a call read back from ClickHouse is exactly the call read from the journal.
+type startRows struct {
+	tenant, tool, callID []string
+	start                []time.Time
+	startNs              []uint32
+	node, policy, hash   []string
+	cgroupID             []uint64
+	argv, layers         [][]string
+	raw                  []string
+}
+
+func (r *startRows) len() int { return len(r.callID) }
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (r *startRows) add(s *event.CallStart, raw []byte) {
+	t := s.Start.UTC()
+	r.tenant = append(r.tenant, s.Tenant)
+	r.tool = append(r.tool, s.Tool)
+	r.callID = append(r.callID, s.CallID)
+	r.start = append(r.start, t)
+	r.startNs = append(r.startNs, uint32(t.Nanosecond()))
+	r.node = append(r.node, s.Node)
+	r.policy = append(r.policy, s.Policy)
+	r.hash = append(r.hash, s.PolicyHash)
+	r.cgroupID = append(r.cgroupID, s.CgroupID)
+	r.argv = append(r.argv, nonNil(s.Argv))
+	r.layers = append(r.layers, nonNil(s.Layers))
+	r.raw = append(r.raw, string(raw))
+}
+
+func (r *startRows) columns(d Dialect) []column {
+	cols := []column{{"tenant", r.tenant}, {"tool", r.tool}, {"call_id", r.callID}, {"start_time", r.start}}
+	if d == Legacy {
+		cols = append(cols, column{"start_ns", r.startNs})
+	}
+	return append(cols,
+		column{"node", r.node}, column{"policy", r.policy}, column{"policy_hash", r.hash},
+		column{"cgroup_id", r.cgroupID}, column{"argv", r.argv}, column{"layers", r.layers},
+		column{"raw", r.raw},
+	)
+}
+
+// callRows are the calls table's rows: one per call record.
+type callRows struct {
+	tenant, tool, callID               []string
+	start, end                         []time.Time
+	startNs, endNs                     []uint32
+	duration                           []int64
+	node, policy, hash                 []string
+	argv, layers                       [][]string
+	exitStatus, exitCode, exitSignal   []int32
+	endReason, endDetail               []string
+	cpuTime, peakMemory                []uint64
+	outputBytes                        []int64
+	syscallTotal                       []uint64
+	syscallNames, denialSurfaces       [][]string
+	syscallCounts, denialCounts        [][]uint64
+	events, alerts, dropKern, dropUser []uint64
+	raw                                []string
+}
+
+func (r *callRows) len() int { return len(r.callID) }
+
+func mapColumns(m map[string]uint64) ([]string, []uint64) {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	counts := make([]uint64, len(names))
+	for i, k := range names {
+		counts[i] = m[k]
+	}
+	return names, counts
+}
+
+func (r *callRows) add(c *event.CallRecord, raw []byte) {
+	start, end := c.Start.UTC(), c.End.UTC()
+	r.tenant = append(r.tenant, c.Tenant)
+	r.tool = append(r.tool, c.Tool)
+	r.callID = append(r.callID, c.CallID)
+	r.start = append(r.start, start)
+	r.startNs = append(r.startNs, uint32(start.Nanosecond()))
+	r.end = append(r.end, end)
+	r.endNs = append(r.endNs, uint32(end.Nanosecond()))
+	r.duration = append(r.duration, int64(end.Sub(start)))
+	r.node = append(r.node, c.Node)
+	r.policy = append(r.policy, c.Policy)
+	r.hash = append(r.hash, c.PolicyHash)
+	r.argv = append(r.argv, nonNil(c.Argv))
+	r.layers = append(r.layers, nonNil(c.Layers))
+	r.exitStatus = append(r.exitStatus, int32(c.ExitStatus))
+	r.exitCode = append(r.exitCode, int32(c.ExitCode))
+	r.exitSignal = append(r.exitSignal, int32(c.ExitSignal))
+	r.endReason = append(r.endReason, string(c.EndReason))
+	r.endDetail = append(r.endDetail, c.EndDetail)
+	r.cpuTime = append(r.cpuTime, c.CPUTimeNs)
+	r.peakMemory = append(r.peakMemory, c.PeakMemory)
+	r.outputBytes = append(r.outputBytes, c.OutputBytes)
+	r.syscallTotal = append(r.syscallTotal, c.SyscallTotal)
+	names, counts := mapColumns(c.Syscalls)
+	r.syscallNames = append(r.syscallNames, names)
+	r.syscallCounts = append(r.syscallCounts, counts)
+	names, counts = mapColumns(c.Denials)
+	r.denialSurfaces = append(r.denialSurfaces, names)
+	r.denialCounts = append(r.denialCounts, counts)
+	r.events = append(r.events, c.Events)
+	r.alerts = append(r.alerts, c.Counts.Alert)
+	r.dropKern = append(r.dropKern, c.Dropped.Kernel)
+	r.dropUser = append(r.dropUser, c.Dropped.User)
+	r.raw = append(r.raw, string(raw))
+}
+
+func (r *callRows) columns(d Dialect) []column {
+	cols := []column{{"tenant", r.tenant}, {"tool", r.tool}, {"call_id", r.callID}, {"start_time", r.start}}
+	if d == Legacy {
+		cols = append(cols, column{"start_ns", r.startNs})
+	}
+	cols = append(cols, column{"end_time", r.end})
+	if d == Legacy {
+		cols = append(cols, column{"end_ns", r.endNs})
+	}
+	return append(cols,
+		column{"duration_ns", r.duration}, column{"node", r.node}, column{"policy", r.policy},
+		column{"policy_hash", r.hash}, column{"argv", r.argv}, column{"layers", r.layers},
+		column{"exit_status", r.exitStatus}, column{"exit_code", r.exitCode},
+		column{"exit_signal", r.exitSignal}, column{"end_reason", r.endReason},
+		column{"end_detail", r.endDetail}, column{"cpu_time_ns", r.cpuTime},
+		column{"peak_memory_bytes", r.peakMemory}, column{"output_bytes", r.outputBytes},
+		column{"syscall_total", r.syscallTotal}, column{"syscall_names", r.syscallNames},
+		column{"syscall_counts", r.syscallCounts}, column{"denial_surfaces", r.denialSurfaces},
+		column{"denial_counts", r.denialCounts}, column{"events", r.events},
+		column{"alerts", r.alerts}, column{"dropped_kernel", r.dropKern},
+		column{"dropped_user", r.dropUser}, column{"raw", r.raw},
+	)
+}

@@ -1,0 +1,45 @@
+package collector
+
+import (
+	"context"
+	"testing"
+)
+
+// TestShipAndReadBack ships a journal and reads it back: the same calls and timelines as from
+// the journal, every event once, alerts in their table, the cursor at the journal's end.
+func TestShipAndReadBack(t *testing.T) {
+	s := server(t)
+	dsn := freshDB(t, s)
+	state := t.TempDir()
+	writeCalls(t, state, "rb", 6, 500, 50, true)
+	writeCalls(t, state, "running", 2, 40, 40, false)
+	c, _ := newCollector(t, state, dsn, nil)
+	if err := c.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	db := c.db
+	if n := count(t, conn, "SELECT count() FROM "+db+".events"); n != 6*500+2*40 {
+		t.Fatalf("events: %d rows, want %d", n, 6*500+2*40)
+	}
+	if n := count(t, conn, "SELECT uniqExact(call_id, seq) FROM "+db+".events"); n != 6*500+2*40 {
+		t.Fatalf("distinct events: %d", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".alerts"); n != (6*500+2*40)/10 {
+		t.Fatalf("alerts: %d rows, want %d", n, (6*500+2*40)/10)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls"); n != 6 {
+		t.Fatalf("calls: %d rows, want 6", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".call_starts"); n != 8 {
+		t.Fatalf("call_starts: %d rows, want 8", n)
+	}
+	sameAsJournal(t, state, dsn, 8)
+	// Running again ships nothing twice.
+	if err := c.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".events"); n != 6*500+2*40 {
+		t.Fatalf("events after a second run: %d rows", n)
+	}
+}

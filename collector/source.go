@@ -1,0 +1,224 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
+)
+
+// CHSource reads calls and timelines from ClickHouse: the same Call and Event values as
+// audit.Journal gives for the journal that was shipped.
+type CHSource struct {
+	conn    driver.Conn
+	o       SchemaOptions
+	timeout time.Duration
+}
+
+var _ audit.Source = (*CHSource)(nil)
+
+// OpenSource connects to the ClickHouse a collector ships to (DSN as for the collector).
+func OpenSource(ctx context.Context, dsn string) (*CHSource, error) {
+	opts, db, err := parseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dial(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	d, known, err := serverDialect(ctx, conn, db)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if !known {
+		conn.Close()
+		return nil, fmt.Errorf("clickhouse %s: database %s has no berm tables (no schema_migrations): nothing was shipped there", redactDSN(dsn), db)
+	}
+	return &CHSource{conn: conn, o: SchemaOptions{Database: db, Dialect: d}, timeout: opts.ReadTimeout}, nil
+}
+
+// Close closes the connection.
+func (s *CHSource) Close() error { return s.conn.Close() }
+
+func (s *CHSource) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// Calls returns the matching calls, oldest first.
+func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	where := "1"
+	if f.Tenant != "" {
+		where += " AND tenant = " + quote(f.Tenant)
+	}
+	if f.Tool != "" {
+		where += " AND tool = " + quote(f.Tool)
+	}
+	if !f.Since.IsZero() {
+		// The DateTime column has whole seconds: select generously, filter exactly below.
+		where += fmt.Sprintf(" AND start_time >= toDateTime(%d)", f.Since.Unix()-1)
+	}
+	starts, err := s.raws(ctx, "call_starts", where)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := s.raws(ctx, "calls", where)
+	if err != nil {
+		return nil, err
+	}
+	records := map[string]*event.CallRecord{}
+	for _, raw := range ends {
+		r, err := decodeRecord(raw)
+		if err != nil {
+			return nil, err
+		}
+		records[r.CallID] = r
+	}
+	var out []audit.Call
+	seen := map[string]bool{}
+	for _, raw := range starts {
+		var st event.CallStart
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, fmt.Errorf("decode call start from clickhouse: %w", err)
+		}
+		if !f.Match(&st) || seen[st.CallID] {
+			continue
+		}
+		seen[st.CallID] = true
+		out = append(out, audit.Call{Start: st, Record: records[st.CallID]})
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Start.Start.Before(out[b].Start.Start) })
+	return out, nil
+}
+
+func decodeRecord(raw string) (*event.CallRecord, error) {
+	var r event.CallRecord
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return nil, fmt.Errorf("decode call record from clickhouse: %w", err)
+	}
+	return &r, nil
+}
+
+// raws reads the raw records of a call table, in start order.
+func (s *CHSource) raws(ctx context.Context, table, where string) ([]string, error) {
+	order := "start_time"
+	if s.o.Dialect == Legacy {
+		order = "start_time, start_ns"
+	}
+	q := "SELECT raw FROM " + s.o.Table(table) + " WHERE " + where + " ORDER BY " + order
+	rows, err := s.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var raw string
+		if err := rows.Scan(&raw); err != nil {
+			return nil, fmt.Errorf("read %s: %w", table, err)
+		}
+		out = append(out, raw)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// Timeline returns one call and its events in order.
+func (s *CHSource) Timeline(callID string) (*audit.Call, []event.Event, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	starts, err := s.raws(ctx, "call_starts", "call_id = "+quote(callID))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(starts) == 0 {
+		return nil, nil, fmt.Errorf("call %q: %w", callID, audit.ErrNoCall)
+	}
+	call := &audit.Call{}
+	if err := json.Unmarshal([]byte(starts[len(starts)-1]), &call.Start); err != nil {
+		return nil, nil, fmt.Errorf("decode call start from clickhouse: %w", err)
+	}
+	ends, err := s.raws(ctx, "calls", "call_id = "+quote(callID))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ends) > 0 {
+		if call.Record, err = decodeRecord(ends[len(ends)-1]); err != nil {
+			return nil, nil, err
+		}
+	}
+	evs, err := s.events(ctx, call.Start.Tenant, call.Start.Tool, callID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return call, evs, nil
+}
+
+func (s *CHSource) events(ctx context.Context, tenant, tool, callID string) ([]event.Event, error) {
+	timeCols := "time"
+	if s.o.Dialect == Legacy {
+		timeCols = "toUInt32(time), time_ns"
+	}
+	// Events may carry their call's tenant and tool or leave them empty; either way the
+	// primary key (tenant, tool, call_id, ...) narrows the read.
+	q := "SELECT seq, " + timeCols + ", kind, tool, tenant, pid, tid, ppid, uid, comm, exe, parent_exe, detail FROM " +
+		s.o.Table("events") + fmt.Sprintf(" WHERE tenant IN (%s, '') AND tool IN (%s, '') AND call_id = %s ORDER BY seq",
+		quote(tenant), quote(tool), quote(callID))
+	rows, err := s.conn.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("query events: %w", err)
+	}
+	defer rows.Close()
+	var out []event.Event
+	for rows.Next() {
+		e := event.Event{CallID: callID}
+		var (
+			kind, detail string
+			t            time.Time
+			sec, ns      uint32
+			err          error
+		)
+		common := []any{&kind, &e.Tool, &e.Tenant, &e.PID, &e.TID, &e.PPID, &e.UID, &e.Comm, &e.Exe, &e.ParentExe, &detail}
+		if s.o.Dialect == Legacy {
+			err = rows.Scan(append([]any{&e.Seq, &sec, &ns}, common...)...)
+			t = time.Unix(int64(sec), int64(ns))
+		} else {
+			err = rows.Scan(append([]any{&e.Seq, &t}, common...)...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.Kind = event.Kind(kind)
+		e.Time = asDecoded(t)
+		var p parts
+		if err := json.Unmarshal([]byte(detail), &p); err != nil {
+			return nil, fmt.Errorf("decode event %s detail: %w", e.ID(), err)
+		}
+		p.setOn(&e)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}
+
+// asDecoded gives a stored instant the location that decoding the journal's JSON on this
+// host gives it: UTC for a zero offset, Local otherwise.
+func asDecoded(t time.Time) time.Time {
+	if _, off := t.In(time.Local).Zone(); off == 0 {
+		return t.UTC()
+	}
+	return t.In(time.Local)
+}
