@@ -188,11 +188,19 @@ func (d *decoder) syscalls(n *yaml.Node, field string, s *Syscalls) {
 	case gaveDeny:
 		s.Deny, s.Allow = deny, nil
 		if gaveDefault {
-			d.fail(n, join(field, "defaultAction"), "only meaningful with allow (a deny list allows everything else)")
+			d.fail(d.at(join(field, "defaultAction"), n), join(field, "defaultAction"), "only meaningful with allow (a deny list allows everything else)")
 		}
 	case gaveDefault && len(s.Allow) == 0:
-		d.fail(n, join(field, "defaultAction"), "only meaningful with allow (a deny list allows everything else)")
+		d.fail(d.at(join(field, "defaultAction"), n), join(field, "defaultAction"), "only meaningful with allow (a deny list allows everything else)")
 	}
+}
+
+// at is a node carrying the position of a field's value, or fallback when it has none.
+func (d *decoder) at(field string, fallback *yaml.Node) *yaml.Node {
+	if ps, ok := d.pos[field]; ok {
+		return &yaml.Node{Line: ps.line, Column: ps.col}
+	}
+	return fallback
 }
 
 func (d *decoder) syscall(n *yaml.Node, field string) (string, bool) {
@@ -209,12 +217,7 @@ func (d *decoder) syscall(n *yaml.Node, field string) (string, bool) {
 
 // crossCheck finds what no single field shows: contradictions between sections.
 func (d *decoder) crossCheck(root *yaml.Node, p *Policy) {
-	at := func(field string) *yaml.Node {
-		if ps, ok := d.pos[field]; ok {
-			return &yaml.Node{Line: ps.line, Column: ps.col}
-		}
-		return root
-	}
+	at := func(field string) *yaml.Node { return d.at(field, root) }
 	if p.Spec.Isolation.Network == NetworkNone && len(p.Spec.Network.Egress) > 0 {
 		d.fail(at("spec.network.egress"), "spec.network.egress",
 			"egress rules need spec.isolation.network: %s, got %s", NetworkHostFiltered, NetworkNone)
