@@ -66,7 +66,9 @@ func dial(ctx context.Context, opts *clickhouse.Options) (driver.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial clickhouse %s: %w", addr, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, opts.DialTimeout+opts.ReadTimeout)
+	// The handshake and a ping are instant on a live server: a peer that accepts and then says
+	// nothing is as dead as one that refuses.
+	pctx, cancel := context.WithTimeout(ctx, 2*opts.DialTimeout)
 	defer cancel()
 	if err := conn.Ping(pctx); err != nil {
 		conn.Close()

@@ -177,7 +177,7 @@ func writeCalls(t testing.TB, stateDir, prefix string, calls, eventsPerCall, per
 					Start: start, CgroupID: uint64(4000 + c), Node: "node-1", Layers: []string{"landlock"},
 				},
 				End: start.Add(1234567891 * time.Nanosecond), ExitStatus: 1, ExitCode: 1, EndReason: event.EndExit,
-				Limits:   event.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5, WallTime: 30 * time.Second},
+				Limits:    event.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5, WallTime: 30 * time.Second},
 				CPUTimeNs: 98765432, PeakMemory: 12 << 20, OutputBytes: 4096,
 				Syscalls: map[string]uint64{"openat": 120, "read": 900, "connect": 2}, SyscallTotal: 1022,
 				Counts: counts[c], Denials: map[string]uint64{"policy": 1}, Dropped: event.Drop{Kernel: 3},

@@ -1,0 +1,105 @@
+// Command berm-collector ships a berm journal to ClickHouse: it follows the journal of
+// --state-dir and inserts calls, events and alerts into the database of --clickhouse, or with
+// --once ships what is there and exits.
+//
+//	berm-collector --state-dir /var/lib/berm --clickhouse clickhouse://127.0.0.1:9000/default
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bermsec/berm/collector"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "berm-collector:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		cfg      collector.Config
+		once     bool
+		metrics  string
+		printDDL string
+		onClust  bool
+		verbose  bool
+	)
+	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berm", "berm state directory (the journal is in <state-dir>/journal)")
+	flag.StringVar(&cfg.DSN, "clickhouse", "", "ClickHouse DSN, native protocol: clickhouse://host:9000/database")
+	flag.BoolVar(&once, "once", false, "ship what the journal holds now and exit")
+	flag.IntVar(&cfg.BatchRows, "batch-rows", 50000, "rows per insert")
+	flag.DurationVar(&cfg.BatchInterval, "batch-interval", time.Second, "longest a row waits for its batch")
+	flag.Int64Var(&cfg.MaxBacklogBytes, "max-backlog-bytes", 1<<30, "unshipped journal size that raises a warning and berm_collector_backlog_over_limit (nothing is deleted)")
+	flag.DurationVar(&cfg.Retention, "retention", 0, "TTL of the tables on servers with TTL (0: keep forever), e.g. 2160h")
+	flag.StringVar(&cfg.Cluster, "cluster", "", "write through Distributed tables over this ClickHouse cluster (sharded by call id)")
+	flag.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464)")
+	flag.StringVar(&printDDL, "print-ddl", "", "print the schema for a dialect (legacy or modern) and exit; with --cluster, the sharded layout")
+	flag.BoolVar(&onClust, "on-cluster", false, "with --print-ddl and --cluster: add ON CLUSTER to every statement")
+	flag.BoolVar(&verbose, "v", false, "debug logging")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+
+	if printDDL != "" {
+		ddl, err := collector.DDL(collector.SchemaOptions{
+			Database: "berm", Dialect: collector.Dialect(printDDL), Retention: cfg.Retention,
+			Cluster: cfg.Cluster, OnCluster: onClust,
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Print(ddl)
+		return nil
+	}
+	if cfg.DSN == "" {
+		return errors.New("no --clickhouse DSN (clickhouse://host:9000/database)")
+	}
+
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+
+	c, err := collector.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if metrics != "" {
+		srv := &http.Server{Addr: metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Logger.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	if once {
+		return c.RunOnce(ctx)
+	}
+	cfg.Logger.Info("following the journal", "state_dir", cfg.StateDir)
+	return c.Run(ctx)
+}
