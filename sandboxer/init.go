@@ -132,7 +132,8 @@ func setupMounts(cfg *initConfig) error {
 	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
-	if err := os.MkdirAll(cfg.Workspace, 0o700); err != nil {
+	// Parents made here exist only in the private /tmp; the tool must be able to traverse them.
+	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
 		return fmt.Errorf("workspace mount point %s: %w", cfg.Workspace, err)
 	}
 	// The workspace is bound without its sub-mounts: only the workspace's own filesystem is

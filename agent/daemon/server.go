@@ -30,7 +30,7 @@ type Server struct {
 
 // Listen creates the socket, readable and writable by root only.
 func (s *Server) Listen(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return fmt.Errorf("create socket dir: %w", err)
 	}
 	_ = os.Remove(path)

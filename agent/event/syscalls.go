@@ -50,7 +50,7 @@ var DefaultTraced = []string{
 	"chmod", "fchmodat", "fchmodat2", "chown", "fchownat", "lchown", "link", "linkat", "symlink", "symlinkat",
 	"mkdir", "mkdirat", "mknod", "mknodat",
 	// isolation and escape
-	"mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "ptrace",
+	"mount", "umount2", "fsopen", "fsmount", "move_mount", "open_tree", "pivot_root", "chroot", "unshare", "setns", "ptrace",
 	"process_vm_readv", "process_vm_writev", "kill", "tkill", "tgkill",
 	"setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "capset",
 	// kernel attack surface

@@ -75,7 +75,7 @@ func cmdRun(args []string) int {
 	tool := fs.String("tool", "adhoc", "tool name")
 	tenant := fs.String("tenant", "default", "tenant name")
 	callID := fs.String("call-id", "", "call id (default: generated)")
-	workspace := fs.String("workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one, removed after the call)")
+	workspace := fs.String("workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
 	policyFile := fs.String("policy", "", "policy file (default: the built-in policy)")
 	timeout := fs.Duration("timeout", sandboxer.DefaultLimits.WallTime, "wall-time cap")
 	summary := fs.String("summary", "", "write the call record as JSON to this file")
@@ -139,8 +139,16 @@ func cmdRun(args []string) int {
 	}
 
 	if *workspace == "" {
-		dir := filepath.Join(*stateDir, "workspaces", spec.CallID)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		// A root-controlled place (never a world-writable one like /var/tmp) whose parents the
+		// tool's uid can traverse; the workspace itself is the tool's own.
+		parent := "/run/berm/workspaces"
+		if err := os.MkdirAll(parent, 0o711); err != nil {
+			return fail("create workspace: %v", err)
+		}
+		_ = os.Chmod("/run/berm", 0o711)
+		_ = os.Chmod(parent, 0o711)
+		dir, err := os.MkdirTemp(parent, spec.CallID+"-")
+		if err != nil {
 			return fail("create workspace: %v", err)
 		}
 		defer os.RemoveAll(dir)

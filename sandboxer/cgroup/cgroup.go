@@ -116,8 +116,8 @@ type Cgroup struct {
 const Root = "berm"
 
 // Create makes the call's cgroups and applies the limits. On error nothing is left behind.
-func Create(l *Layout, tenant, callID string, lim Limits) (cg *Cgroup, err error) {
-	cg = &Cgroup{V1: map[string]string{}, l: l, lims: lim}
+func Create(l *Layout, tenant, callID string, lim Limits) (_ *Cgroup, err error) {
+	cg := &Cgroup{V1: map[string]string{}, l: l, lims: lim}
 	defer func() {
 		if err != nil {
 			cg.Remove()
@@ -143,7 +143,11 @@ func Create(l *Layout, tenant, callID string, lim Limits) (cg *Cgroup, err error
 	}
 	cg.V2 = filepath.Join(parent, callID)
 	if err := os.Mkdir(cg.V2, 0o755); err != nil {
+		dir := cg.V2
 		cg.V2 = ""
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("call id %s of tenant %s is taken: %s exists (a call with this id runs, or its launcher died; call ids must be unique)", callID, tenant, dir)
+		}
 		return nil, fmt.Errorf("create cgroup for call %s: %w", callID, err)
 	}
 	var st unix.Stat_t
@@ -159,7 +163,10 @@ func Create(l *Layout, tenant, callID string, lim Limits) (cg *Cgroup, err error
 		}
 		if mnt, ok := l.V1[c]; ok {
 			dir := filepath.Join(mnt, Root, tenant, callID)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+				return nil, fmt.Errorf("create v1 %s cgroup: %w", c, err)
+			}
+			if err := os.Mkdir(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("create v1 %s cgroup: %w", c, err)
 			}
 			cg.V1[c] = dir

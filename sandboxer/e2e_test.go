@@ -1,0 +1,290 @@
+package sandboxer_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/bermbin"
+)
+
+func run(t *testing.T, state string, args ...string) bermbin.Result {
+	t.Helper()
+	return bermbin.Berm(t, nil, append([]string{"run", "--state-dir", state, "--no-rules"}, args...)...)
+}
+
+// A call's exec, fork, open, connect and exit events are in its timeline, with its call id;
+// a busy process outside any sandbox leaves nothing.
+func TestTimelineHasCallEventsAndNothingFromOutside(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+
+	// A listener on the host loopback: the call has its own network namespace, so its
+	// connect must fail, and the listener must see nothing.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	marker := filepath.Join(t.TempDir(), "outside-marker")
+	os.WriteFile(marker, []byte("x"), 0o644)
+	busy := exec.Command("sh", "-c", fmt.Sprintf("while :; do cat %s >/dev/null; done", marker))
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { busy.Process.Kill(); busy.Wait() }()
+
+	script := fmt.Sprintf(`cat /etc/os-release >/dev/null; (exit 7); python3 -c 'import socket; s=socket.socket(); print(s.connect_ex(("127.0.0.1", %d)))'; echo done > out.txt`, port)
+	r := run(t, state, "--call-id", "timeline-1", "--tool", "shell", "--tenant", "t1", "--workspace", ws, "--", "sh", "-c", script)
+	if r.Exit != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
+	}
+	tl := bermbin.Timeline(t, state, "timeline-1")
+	seen := map[event.Kind]bool{}
+	var sawOSRelease, sawConnect, sawShExec, sawExit7 bool
+	var lastSeq uint64
+	for _, e := range tl.Events {
+		if e.CallID != "timeline-1" || e.Tool != "shell" || e.Tenant != "t1" {
+			t.Fatalf("event %d carries the wrong identity: %+v", e.Seq, e)
+		}
+		if e.Seq <= lastSeq {
+			t.Fatalf("events out of order: %d after %d", e.Seq, lastSeq)
+		}
+		lastSeq = e.Seq
+		seen[e.Kind] = true
+		switch {
+		case e.Open != nil && e.Open.Path == marker:
+			t.Fatalf("an open by a process outside the sandbox was reported: %+v", e)
+		case e.Open != nil && e.Open.Path == "/etc/os-release" && e.Open.Result >= 0:
+			sawOSRelease = true
+		case e.Connect != nil && e.Connect.Port == uint16(port) && e.Connect.Addr == "127.0.0.1":
+			sawConnect = e.Connect.Result < 0
+		case e.Exec != nil && e.Exec.Filename == "/usr/bin/sh":
+			sawShExec = true
+		case e.Exit != nil && e.Exit.Code == 7:
+			sawExit7 = true
+		}
+	}
+	for _, k := range []event.Kind{event.KindExec, event.KindFork, event.KindOpen, event.KindConnect, event.KindExit} {
+		if !seen[k] {
+			t.Errorf("no %s event in the timeline", k)
+		}
+	}
+	if !sawOSRelease || !sawConnect || !sawShExec || !sawExit7 {
+		t.Errorf("missing events: open /etc/os-release %v, failed connect to host listener %v, exec sh %v, exit 7 %v",
+			sawOSRelease, sawConnect, sawShExec, sawExit7)
+	}
+	if rec := tl.Call.Record; rec == nil || rec.EndReason != event.EndExit || rec.SyscallTotal == 0 || rec.Counts.Exec == 0 {
+		t.Errorf("call record incomplete: %+v", rec)
+	}
+	// Nothing from outside anywhere in the journal.
+	for _, c := range bermbin.Calls(t, state) {
+		for _, e := range bermbin.Timeline(t, state, c.Start.CallID).Events {
+			if e.Open != nil && e.Open.Path == marker {
+				t.Fatalf("outside process reported in call %s", c.Start.CallID)
+			}
+		}
+	}
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Millisecond))
+	if c, err := ln.Accept(); err == nil {
+		c.Close()
+		t.Fatal("the host listener received a connection from the sandbox")
+	}
+}
+
+// Each resource cap ends its call with its own reason, and the host keeps working.
+func TestCapsEndTheCallWithTheirReason(t *testing.T) {
+	bermbin.RequireRoot(t)
+	cases := []struct {
+		name   string
+		args   []string
+		reason event.EndReason
+	}{
+		{"fork-bomb", []string{"--pids", "64", "--", "sh", "-c", "f() { f | f & }; f; sleep 30"}, event.EndPidsLimit},
+		{"memory-bomb", []string{"--memory", "64Mi", "--", "python3", "-c", "b=[]\nwhile True: b.append(bytearray(1<<20))"}, event.EndMemoryLimit},
+		{"endless-loop", []string{"--timeout", "1s", "--", "sh", "-c", "while :; do :; done"}, event.EndTimeout},
+		{"output-flood", []string{"--output-limit", "64k", "--", "sh", "-c", "yes berm"}, event.EndOutputLimit},
+		{"tmp-fill", []string{"--tmp-size", "1Mi", "--", "sh", "-c", "cat /dev/zero > /tmp/fill; sleep 30"}, event.EndTmpLimit},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			id := "cap-" + tc.name
+			r := run(t, state, append([]string{"--call-id", id}, tc.args...)...)
+			if r.Exit != 137 {
+				t.Errorf("exit status %d, want 137 (killed)\nstderr: %s", r.Exit, r.Stderr)
+			}
+			if !strings.Contains(r.Stderr, string(tc.reason)) {
+				t.Errorf("berm run did not print the end reason %q: %s", tc.reason, r.Stderr)
+			}
+			tl := bermbin.Timeline(t, state, id)
+			if tl.Call.Record == nil || tl.Call.Record.EndReason != tc.reason {
+				t.Fatalf("end reason %+v, want %s", tl.Call.Record, tc.reason)
+			}
+			var limitEvent bool
+			for _, e := range tl.Events {
+				limitEvent = limitEvent || e.Kind == event.KindLimit
+			}
+			if !limitEvent {
+				t.Error("no limit event in the timeline")
+			}
+			// The host still runs processes.
+			if out, err := exec.Command("sh", "-c", "echo alive").Output(); err != nil || string(out) != "alive\n" {
+				t.Fatalf("host not responsive after %s: %v %q", tc.name, err, out)
+			}
+		})
+	}
+}
+
+// After the call nothing of it survives: not a setsid'd double-forked daemon, not its /tmp,
+// and the caller's environment never reached it.
+func TestNothingSurvivesAndEnvironmentIsClean(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	const marker = "9876543"
+	script := `setsid sh -c '(sleep ` + marker + ` &) ; sleep ` + marker + `' </dev/null >/dev/null 2>&1 &
+echo secret > /tmp/call-tmp-file
+env > env.txt
+ls /tmp > tmp-listing.txt
+sleep 0.2`
+	r := bermbin.Berm(t, []string{"BERM_TEST_SECRET=hunter2"}, "run", "--state-dir", state, "--no-rules",
+		"--call-id", "survivors", "--workspace", ws, "--", "sh", "-c", script)
+	if r.Exit != 0 {
+		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), marker) {
+			t.Fatalf("a process of the call survived: %s %q", p, b)
+		}
+	}
+	if _, err := os.Stat("/tmp/call-tmp-file"); err == nil {
+		t.Fatal("the call's /tmp file is on the host's /tmp")
+	}
+	env, err := os.ReadFile(filepath.Join(ws, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "hunter2") || strings.Contains(string(env), "BERM_TEST_SECRET") {
+		t.Fatalf("the caller's environment leaked into the call:\n%s", env)
+	}
+	if !strings.Contains(string(env), "BERM_CALL_ID=survivors") {
+		t.Fatalf("call environment lacks its identity:\n%s", env)
+	}
+	// A second call sees a fresh, empty /tmp.
+	r = run(t, state, "--call-id", "survivors-2", "--", "sh", "-c", "ls -A /tmp")
+	if r.Exit != 0 || strings.TrimSpace(r.Stdout) != "" {
+		t.Fatalf("second call's /tmp is not empty: exit %d %q", r.Exit, r.Stdout)
+	}
+	// The call's cgroup is gone.
+	matches, _ := filepath.Glob("/sys/fs/cgroup/*/berm/default/survivors")
+	matches2, _ := filepath.Glob("/sys/fs/cgroup/berm/default/survivors")
+	if len(matches)+len(matches2) > 0 {
+		t.Fatalf("cgroups left behind: %v %v", matches, matches2)
+	}
+}
+
+// The tool's exit status and signals come back as berm run's status.
+func TestExitStatus(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state := t.TempDir()
+	for _, tc := range []struct {
+		script string
+		want   int
+		reason event.EndReason
+	}{
+		{"exit 0", 0, event.EndExit},
+		{"exit 42", 42, event.EndExit},
+		{"kill -TERM $$", 128 + int(syscall.SIGTERM), event.EndSignal},
+	} {
+		r := run(t, state, "--", "sh", "-c", tc.script)
+		if r.Exit != tc.want {
+			t.Errorf("%q: exit %d, want %d (%s)", tc.script, r.Exit, tc.want, r.Stderr)
+		}
+	}
+	r := run(t, state, "--", "/nonexistent/tool")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "setup_failed") {
+		t.Errorf("missing tool: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+}
+
+// The journal survives kill -9 of its writer mid-call: earlier records intact, the torn tail
+// skipped by readers and cut by the next writer; and the killed call's processes die with it.
+func TestJournalSurvivesKill9(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state := t.TempDir()
+	// A killed launcher leaves its (empty) cgroup behind, and call ids must be unique: make
+	// this run's id unique so reruns of the test do not collide with it.
+	killed := fmt.Sprintf("killed-%d", time.Now().UnixNano())
+	if r := run(t, state, "--call-id", "before", "--", "sh", "-c", "echo before"); r.Exit != 0 {
+		t.Fatal(r.Stderr)
+	}
+	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--state-dir", state, "--no-rules", "--call-id", killed, "--",
+		"sh", "-c", "while :; do cat /etc/hostname > /dev/null; sleep 0.01; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the call is in the journal and has events.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tl := bermbin.Berm(t, nil, "timeline", "--state-dir", state, "--json", killed)
+		if tl.Exit == 0 && strings.Contains(tl.Stdout, "/etc/hostname") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("call never showed up in the journal")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+
+	// A torn tail: the first bytes of a record whose writer died.
+	segs, _ := filepath.Glob(filepath.Join(state, "journal", "segment-*.journal"))
+	if len(segs) == 0 {
+		t.Fatal("no journal segment")
+	}
+	last := segs[len(segs)-1]
+	before, _ := os.Stat(last)
+	f, _ := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, 2, '[', '{'})
+	f.Close()
+
+	calls := bermbin.Calls(t, state)
+	if len(calls) != 2 || calls[0].Start.CallID != "before" || calls[0].Record == nil || calls[0].Record.EndReason != event.EndExit {
+		t.Fatalf("earlier records not intact: %+v", calls)
+	}
+	if calls[1].Start.CallID != killed || calls[1].Record != nil {
+		t.Fatalf("killed call should be listed without a record: %+v", calls[1])
+	}
+	// The next writer cuts the torn tail and appends after it.
+	if r := run(t, state, "--call-id", "after", "--", "true"); r.Exit != 0 {
+		t.Fatal(r.Stderr)
+	}
+	calls = bermbin.Calls(t, state)
+	if len(calls) != 3 || calls[2].Start.CallID != "after" || calls[2].Record == nil {
+		t.Fatalf("journal after recovery: %+v", calls)
+	}
+	if st, _ := os.Stat(last); st.Size() <= before.Size() {
+		t.Fatalf("segment did not grow past the cut tail")
+	}
+	// The killed call's processes died with their launcher.
+	time.Sleep(200 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), "while :; do cat /etc/hostname") {
+			t.Fatalf("the killed call's tool survived: %s", p)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+// Package bermbin builds the berm binaries once per test process and runs them, for tests
+// that exercise berm the way a user does: real binaries, real kernel, real processes.
+package bermbin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/bermsec/berm/agent/audit"
+)
+
+// RequireRoot skips a test that needs root, saying why.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: eBPF, cgroups and namespaces are real here; run `sudo make test`")
+	}
+}
+
+var (
+	once     sync.Once
+	binDir   string
+	buildErr error
+)
+
+// RepoRoot is the module's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Path builds (once) and returns the path of a command from ./cmd.
+func Path(t testing.TB, name string) string {
+	t.Helper()
+	once.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "berm-test-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, c := range []string{"berm", "bermd"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
+			cmd.Dir = RepoRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", c, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, name)
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Exit           int
+}
+
+// Berm runs the berm CLI and waits for it.
+func Berm(t testing.TB, env []string, args ...string) Result {
+	t.Helper()
+	cmd := exec.Command(Path(t, "berm"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("berm %v: %v", args, err)
+	}
+	return Result{out.String(), errb.String(), code}
+}
+
+// Timeline reads a call's timeline as JSON.
+func Timeline(t testing.TB, stateDir, callID string) audit.TimelineJSON {
+	t.Helper()
+	r := Berm(t, nil, "timeline", "--state-dir", stateDir, "--json", callID)
+	if r.Exit != 0 {
+		t.Fatalf("berm timeline %s: exit %d: %s", callID, r.Exit, r.Stderr)
+	}
+	var tl audit.TimelineJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &tl); err != nil {
+		t.Fatalf("timeline json: %v\n%s", err, r.Stdout)
+	}
+	return tl
+}
+
+// Calls lists the calls of a state dir.
+func Calls(t testing.TB, stateDir string) []audit.Call {
+	t.Helper()
+	r := Berm(t, nil, "calls", "--state-dir", stateDir, "--json")
+	if r.Exit != 0 {
+		t.Fatalf("berm calls: exit %d: %s", r.Exit, r.Stderr)
+	}
+	var calls []audit.Call
+	if err := json.Unmarshal([]byte(r.Stdout), &calls); err != nil {
+		t.Fatalf("calls json: %v\n%s", err, r.Stdout)
+	}
+	return calls
+}
+
+// Workspace makes a workspace directory owned by the sandbox's default user (65534).
+func Workspace(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	// The tool runs as 65534: every parent must be traversable.
+	_ = os.Chmod(dir, 0o755)
+	_ = os.Chmod(filepath.Dir(dir), 0o755)
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
