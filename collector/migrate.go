@@ -64,3 +64,22 @@ func Migrate(ctx context.Context, conn driver.Conn, o SchemaOptions, log *slog.L
 	}
 	return nil
 }
+
+// MigrateDSN connects to one server and applies the schema there: what an operator runs on
+// every node of a cluster (Cluster set) when distributed DDL (ON CLUSTER) is not available.
+func MigrateDSN(ctx context.Context, dsn, cluster string, retention time.Duration, log *slog.Logger) error {
+	opts, db, err := parseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	conn, err := dial(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	d, _, err := serverDialect(ctx, conn, db)
+	if err != nil {
+		return err
+	}
+	return Migrate(ctx, conn, SchemaOptions{Database: db, Dialect: d, Retention: retention, Cluster: cluster}, log)
+}

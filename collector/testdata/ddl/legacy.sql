@@ -1,0 +1,109 @@
+-- berm collector schema: dialect legacy
+
+CREATE TABLE IF NOT EXISTS berm.schema_migrations (
+    version UInt32,
+    name String,
+    dialect String,
+    applied_at DateTime
+) ENGINE = ReplacingMergeTree()
+ORDER BY version;
+
+-- migration 0001 init
+
+CREATE TABLE IF NOT EXISTS berm.call_starts (
+    tenant String,
+    tool String,
+    call_id String,
+    start_time DateTime,
+    start_ns UInt32,
+    node String,
+    policy String,
+    policy_hash String,
+    cgroup_id UInt64,
+    argv Array(String),
+    layers Array(String),
+    raw String
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(start_time)
+ORDER BY (tenant, tool, start_time, call_id);
+
+CREATE TABLE IF NOT EXISTS berm.calls (
+    tenant String,
+    tool String,
+    call_id String,
+    start_time DateTime,
+    start_ns UInt32,
+    end_time DateTime,
+    end_ns UInt32,
+    duration_ns Int64,
+    node String,
+    policy String,
+    policy_hash String,
+    argv Array(String),
+    layers Array(String),
+    exit_status Int32,
+    exit_code Int32,
+    exit_signal Int32,
+    end_reason String,
+    end_detail String,
+    cpu_time_ns UInt64,
+    peak_memory_bytes UInt64,
+    output_bytes Int64,
+    syscall_total UInt64,
+    syscall_names Array(String),
+    syscall_counts Array(UInt64),
+    denial_surfaces Array(String),
+    denial_counts Array(UInt64),
+    events UInt64,
+    alerts UInt64,
+    dropped_kernel UInt64,
+    dropped_user UInt64,
+    raw String
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(start_time)
+ORDER BY (tenant, tool, start_time, call_id);
+
+CREATE TABLE IF NOT EXISTS berm.events (
+    tenant String,
+    tool String,
+    call_id String,
+    seq UInt64,
+    time DateTime,
+    time_ns UInt32,
+    kind String,
+    pid UInt32,
+    tid UInt32,
+    ppid UInt32,
+    uid UInt32,
+    comm String,
+    exe String,
+    parent_exe String,
+    path String,
+    addr FixedString(16),
+    port UInt16,
+    result Int64,
+    errno String,
+    syscall String,
+    rule String,
+    detail String
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(time)
+ORDER BY (tenant, tool, call_id, time, seq);
+
+CREATE TABLE IF NOT EXISTS berm.alerts (
+    tenant String,
+    tool String,
+    call_id String,
+    seq UInt64,
+    time DateTime,
+    time_ns UInt32,
+    rule_id String,
+    title String,
+    severity String,
+    surface String,
+    technique Array(String),
+    output String,
+    event_seq UInt64
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(time)
+ORDER BY (tenant, time, call_id, seq);

@@ -1,0 +1,108 @@
+-- berm collector schema: dialect modern
+
+CREATE TABLE IF NOT EXISTS berm.schema_migrations (
+    version UInt32,
+    name String,
+    dialect String,
+    applied_at DateTime
+) ENGINE = ReplacingMergeTree()
+ORDER BY version;
+
+-- migration 0001 init
+
+CREATE TABLE IF NOT EXISTS berm.call_starts (
+    tenant LowCardinality(String),
+    tool LowCardinality(String),
+    call_id String,
+    start_time DateTime64(9, 'UTC') CODEC(Delta, ZSTD(1)),
+    node LowCardinality(String),
+    policy LowCardinality(String),
+    policy_hash LowCardinality(String),
+    cgroup_id UInt64,
+    argv Array(String) CODEC(ZSTD(1)),
+    layers Array(LowCardinality(String)),
+    raw String CODEC(ZSTD(3))
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(start_time)
+ORDER BY (tenant, tool, start_time, call_id)
+TTL toDateTime(start_time) + INTERVAL 90 DAY;
+
+CREATE TABLE IF NOT EXISTS berm.calls (
+    tenant LowCardinality(String),
+    tool LowCardinality(String),
+    call_id String,
+    start_time DateTime64(9, 'UTC') CODEC(Delta, ZSTD(1)),
+    end_time DateTime64(9, 'UTC') CODEC(Delta, ZSTD(1)),
+    duration_ns Int64 CODEC(T64, ZSTD(1)),
+    node LowCardinality(String),
+    policy LowCardinality(String),
+    policy_hash LowCardinality(String),
+    argv Array(String) CODEC(ZSTD(1)),
+    layers Array(LowCardinality(String)),
+    exit_status Int32,
+    exit_code Int32,
+    exit_signal Int32,
+    end_reason LowCardinality(String),
+    end_detail String,
+    cpu_time_ns UInt64 CODEC(T64, ZSTD(1)),
+    peak_memory_bytes UInt64 CODEC(T64, ZSTD(1)),
+    output_bytes Int64 CODEC(T64, ZSTD(1)),
+    syscall_total UInt64 CODEC(T64, ZSTD(1)),
+    syscall_names Array(LowCardinality(String)),
+    syscall_counts Array(UInt64),
+    denial_surfaces Array(LowCardinality(String)),
+    denial_counts Array(UInt64),
+    events UInt64,
+    alerts UInt64,
+    dropped_kernel UInt64,
+    dropped_user UInt64,
+    raw String CODEC(ZSTD(3))
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(start_time)
+ORDER BY (tenant, tool, start_time, call_id)
+TTL toDateTime(start_time) + INTERVAL 90 DAY;
+
+CREATE TABLE IF NOT EXISTS berm.events (
+    tenant LowCardinality(String),
+    tool LowCardinality(String),
+    call_id String,
+    seq UInt64 CODEC(Delta, ZSTD(1)),
+    time DateTime64(9, 'UTC') CODEC(Delta, ZSTD(1)),
+    kind LowCardinality(String),
+    pid UInt32 CODEC(T64, ZSTD(1)),
+    tid UInt32 CODEC(T64, ZSTD(1)),
+    ppid UInt32 CODEC(T64, ZSTD(1)),
+    uid UInt32 CODEC(T64, ZSTD(1)),
+    comm LowCardinality(String),
+    exe LowCardinality(String),
+    parent_exe LowCardinality(String),
+    path String CODEC(ZSTD(1)),
+    addr IPv6,
+    port UInt16,
+    result Int64 CODEC(T64, ZSTD(1)),
+    errno LowCardinality(String),
+    syscall LowCardinality(String),
+    rule LowCardinality(String),
+    detail String CODEC(ZSTD(3))
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(time)
+ORDER BY (tenant, tool, call_id, time, seq)
+TTL toDateTime(time) + INTERVAL 90 DAY;
+
+CREATE TABLE IF NOT EXISTS berm.alerts (
+    tenant LowCardinality(String),
+    tool LowCardinality(String),
+    call_id String,
+    seq UInt64,
+    time DateTime64(9, 'UTC') CODEC(Delta, ZSTD(1)),
+    rule_id LowCardinality(String),
+    title String,
+    severity LowCardinality(String),
+    surface LowCardinality(String),
+    technique Array(LowCardinality(String)),
+    output String CODEC(ZSTD(1)),
+    event_seq UInt64
+) ENGINE = ReplacingMergeTree()
+PARTITION BY toYYYYMM(time)
+ORDER BY (tenant, time, call_id, seq)
+TTL toDateTime(time) + INTERVAL 90 DAY;
