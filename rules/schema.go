@@ -362,6 +362,10 @@ func envOptions() []cel.EnvOption {
 					mask := int64(m.(types.Int))
 					return types.Bool(int64(x.(types.Int))&mask == mask)
 				}))),
+		// Syscall arguments declared int in C arrive zero-extended: sint32 reads them signed.
+		cel.Function("sint32",
+			cel.Overload("sint32_int", []*cel.Type{cel.IntType}, cel.IntType,
+				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.Int(int32(uint32(int64(v.(types.Int))))) }))),
 		stringListFunc("startsWithAny", strings.HasPrefix),
 		stringListFunc("endsWithAny", strings.HasSuffix),
 		stringListFunc("containsAny", strings.Contains),

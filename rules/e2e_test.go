@@ -1,0 +1,263 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// End to end: each shipped rule is proven by a real behaviour run inside `berm run`, whose
+// alert must appear in that call's timeline. Needs root (berm run builds cgroups, namespaces
+// and loads eBPF).
+
+const py = "/usr/bin/python3"
+
+// pySyscall is a python3 program that makes raw syscalls through libc and ignores failures:
+// inside the sandbox most of them are refused, and the attempt is what the rule sees.
+func pySyscall(body string) []string {
+	return []string{py, "-c", "import ctypes, os, socket, stat\n" +
+		"libc = ctypes.CDLL(None, use_errno=True)\n" +
+		"sc = libc.syscall\n" +
+		"sc.restype = ctypes.c_long\n" +
+		"def attempt(f):\n" +
+		"    try:\n" +
+		"        f()\n" +
+		"    except Exception as e:\n" +
+		"        print('refused:', e)\n" +
+		body}
+}
+
+func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+// openOnly opens a path the way a write would, without writing anything: the cases that touch
+// host-wide files (sysrq, /proc/sys, disks) must be harmless even if the sandbox failed open.
+func openOnly(paths ...string) []string {
+	var b strings.Builder
+	for _, p := range paths {
+		fmt.Fprintf(&b, "attempt(lambda: os.close(os.open(%q, os.O_WRONLY)))\n", p)
+	}
+	return pySyscall(b.String())
+}
+
+type e2eCase struct {
+	rule  string
+	flags []string // berm run flags
+	cmd   []string
+}
+
+var e2eCases = []e2eCase{
+	// escape.yaml
+	{rule: "escape-cgroup-write", cmd: openOnly("/sys/fs/cgroup/unified/cgroup.procs", "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/pids/tasks")},
+	{rule: "escape-cgroup-release-agent", cmd: openOnly("/sys/fs/cgroup/memory/release_agent", "/sys/fs/cgroup/pids/notify_on_release")},
+	{rule: "escape-cgroup-move", cmd: pySyscall("open('/tmp/x', 'w').close()\nattempt(lambda: os.rename('/tmp/x', '/sys/fs/cgroup/unified/x'))\n")},
+	{rule: "escape-unshare", cmd: pySyscall("sc(272, 0x10000000)\n")},
+	{rule: "escape-setns", cmd: pySyscall("fd = os.open('/proc/self/ns/mnt', os.O_RDONLY)\nsc(308, fd, 0)\n")},
+	{rule: "escape-mount", cmd: pySyscall("sc(165, b'none', b'/tmp', b'tmpfs', 0, 0)\n")},
+	{rule: "escape-chroot", cmd: pySyscall("sc(161, b'/tmp')\n")},
+	{rule: "escape-ptrace", cmd: pySyscall("sc(101, 16, 1, 0, 0)\n")},
+	{rule: "escape-process-vm", cmd: pySyscall("sc(310, 1, 0, 0, 0, 0, 0)\n")},
+	{rule: "escape-proc-mem", cmd: sh("cat /proc/1/mem >/dev/null 2>&1; true")},
+	{rule: "escape-proc-root", cmd: sh("cat /proc/1/root/etc/hostname >/dev/null 2>&1; true")},
+	{rule: "escape-runtime-socket", cmd: pySyscall("s = socket.socket(socket.AF_UNIX)\nattempt(lambda: s.connect('/var/run/docker.sock'))\n")},
+	{rule: "escape-mknod-device", cmd: pySyscall("attempt(lambda: os.mknod('/tmp/sda', 0o600 | stat.S_IFBLK, os.makedev(8, 0)))\n")},
+	{rule: "escape-open-by-handle", cmd: pySyscall("buf = ctypes.create_string_buffer(128)\nsc(304, -100, buf, 0)\n")},
+	{rule: "escape-setuid-exec", cmd: sh("/usr/bin/passwd --help >/dev/null 2>&1; true")},
+	{rule: "escape-setid-root", cmd: pySyscall("attempt(lambda: os.setuid(0))\n")},
+	{rule: "escape-chmod-setuid", cmd: sh("touch /tmp/x && chmod u+s /tmp/x")},
+	// kernel.yaml
+	{rule: "kernel-module-load", cmd: pySyscall("sc(313, 0, b'', 0)\n")},
+	{rule: "kernel-bpf", cmd: pySyscall("buf = ctypes.create_string_buffer(128)\nsc(321, 0, buf, 128)\n")},
+	{rule: "kernel-io-uring", cmd: pySyscall("params = ctypes.create_string_buffer(120)\nsc(425, 8, params)\n")},
+	{rule: "kernel-userfaultfd", cmd: pySyscall("sc(323, 0)\n")},
+	{rule: "kernel-perf-event", cmd: pySyscall("attr = ctypes.create_string_buffer(128)\nsc(298, attr, 0, -1, -1, 0)\n")},
+	{rule: "kernel-keyring", cmd: pySyscall("sc(250, 0, -3, 0)\n")},
+	{rule: "kernel-memory-device", cmd: sh("head -c1 /proc/kcore >/dev/null 2>&1; head -c1 /dev/mem >/dev/null 2>&1; true")},
+	{rule: "kernel-raw-socket", cmd: pySyscall("attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))\n")},
+	{rule: "kernel-tunable-write", cmd: openOnly("/proc/sys/kernel/core_pattern")},
+	{rule: "kernel-sysfs-write", cmd: openOnly("/sys/kernel/mm/transparent_hugepage/enabled")},
+	{rule: "kernel-sysrq", cmd: openOnly("/proc/sysrq-trigger")},
+	// exec.yaml
+	{rule: "exec-fileless", cmd: pySyscall("fd = os.memfd_create('payload')\nos.write(fd, open('/bin/true', 'rb').read())\nos.execv('/proc/self/fd/%d' % fd, ['payload'])\n")},
+	{rule: "exec-from-writable-dir", cmd: sh("cp /bin/true /tmp/t && /tmp/t")},
+	{rule: "exec-interpreter-shell", cmd: []string{py, "-c", "import os; os.system('true')"}},
+	// credential.yaml
+	{rule: "credential-system-files", cmd: sh("cat /etc/shadow >/dev/null 2>&1; true")},
+	{rule: "credential-secret-files", cmd: sh("cat /root/.aws/credentials /root/.ssh/id_rsa >/dev/null 2>&1; true")},
+	{rule: "credential-proc-environ", cmd: sh("cat /proc/1/environ >/dev/null 2>&1; true")},
+	{rule: "credential-cloud-metadata", cmd: pySyscall("s = socket.socket()\ns.settimeout(1)\nattempt(lambda: s.connect(('169.254.169.254', 80)))\n")},
+	// destructive.yaml
+	{rule: "destructive-deletion-storm", cmd: sh("mkdir /tmp/d && cd /tmp/d && i=0; while [ $i -lt 150 ]; do : > f$i; i=$((i+1)); done; cd / && rm -rf /tmp/d")},
+	{rule: "destructive-rm-root", cmd: sh("rm --no-preserve-root --version >/dev/null")},
+	{rule: "destructive-block-device-write", cmd: openOnly("/dev/sda", "/dev/vda", "/dev/nvme0n1")},
+	{rule: "destructive-kill-all", cmd: pySyscall("attempt(lambda: os.kill(-1, 0))\n")},
+	{rule: "irreversible-git-force-push", cmd: sh("git push --force origin main >/dev/null 2>&1; true")},
+	{rule: "irreversible-package-publish", cmd: sh(py + " -m twine upload dist/x.whl >/dev/null 2>&1; true")},
+	// resource.yaml
+	{rule: "resource-fork-storm", cmd: sh("i=0; while [ $i -lt 250 ]; do /bin/true; i=$((i+1)); done")},
+	{rule: "resource-output-flood", flags: []string{"--output-limit", "1000"}, cmd: sh("yes | head -c 100000")},
+	{rule: "resource-memory-exhausted", flags: []string{"--memory", "32Mi"}, cmd: []string{py, "-c", "a = [bytearray(1 << 20) for i in range(200)]"}},
+	{rule: "resource-wall-time", flags: []string{"--timeout", "1s"}, cmd: []string{"/bin/sleep", "5"}},
+	{rule: "probing-permission-errors", cmd: sh("i=0; while [ $i -lt 25 ]; do cat /etc/shadow 2>/dev/null; i=$((i+1)); done; true")},
+	// tenant.yaml
+	{rule: "tenant-foreign-path", flags: []string{"--tenant", "alice"}, cmd: sh("cat /var/lib/berm/tenants/bob/notes.txt >/dev/null 2>&1; true")},
+}
+
+// Every shipped rule has an end-to-end case, and every case names a shipped rule.
+func TestE2ECoversShippedRules(t *testing.T) {
+	set, err := Shipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]bool{}
+	for _, c := range e2eCases {
+		if cases[c.rule] {
+			t.Errorf("rule %s has two end-to-end cases", c.rule)
+		}
+		cases[c.rule] = true
+		if set.Rule(c.rule) == nil {
+			t.Errorf("end-to-end case for %s, which is not shipped", c.rule)
+		}
+	}
+	for _, r := range set.Rules() {
+		if !cases[r.ID] {
+			t.Errorf("shipped rule %s has no end-to-end case", r.ID)
+		}
+	}
+	if n := len(set.Rules()); n < 25 {
+		t.Errorf("%d shipped rules, want at least 25", n)
+	}
+}
+
+type timeline struct {
+	Call   json.RawMessage `json:"call"`
+	Events []event.Event   `json:"events"`
+}
+
+var bermBin string
+
+func buildBerm(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("end-to-end rule tests need root: berm run creates cgroups and namespaces and loads eBPF")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("end-to-end rule tests use x86-64 syscall numbers")
+	}
+	if bermBin != "" {
+		return bermBin
+	}
+	dir, err := os.MkdirTemp("", "berm-rules-e2e-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "berm")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/berm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/berm: %v\n%s", err, out)
+	}
+	bermBin = bin
+	return bin
+}
+
+// runCall runs cmd in berm run and returns its timeline.
+func runCall(t *testing.T, bin, stateDir, callID string, flags, cmd []string) []event.Event {
+	t.Helper()
+	args := append([]string{"run", "--state-dir", stateDir, "--call-id", callID, "--tool", "rules-e2e"}, flags...)
+	args = append(args, "--")
+	args = append(args, cmd...)
+	run := exec.Command(bin, args...)
+	var out bytes.Buffer
+	run.Stdout, run.Stderr = &out, &out
+	_ = run.Run() // the behaviours fail inside the sandbox on purpose; the exit status is not the test
+	tl := exec.Command(bin, "timeline", callID, "--state-dir", stateDir, "--json")
+	data, err := tl.Output()
+	if err != nil {
+		t.Fatalf("berm timeline %s: %v\nberm run output:\n%s", callID, err, out.String())
+	}
+	var doc timeline
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("berm timeline %s --json: %v", callID, err)
+	}
+	if len(doc.Events) == 0 {
+		t.Fatalf("call %s has no events; berm run output:\n%s", callID, out.String())
+	}
+	return doc.Events
+}
+
+func TestE2EShippedRules(t *testing.T) {
+	bin := buildBerm(t)
+	// Not under /tmp: the sandbox mounts a private /tmp over it.
+	stateDir, err := os.MkdirTemp("/var/tmp", "berm-rules-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	shipped, err := Shipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range e2eCases {
+		t.Run(c.rule, func(t *testing.T) {
+			callID := fmt.Sprintf("e2e-%02d-%s", i, c.rule)
+			events := runCall(t, bin, stateDir, callID, c.flags, c.cmd)
+			bySeq := map[uint64]*event.Event{}
+			for j := range events {
+				bySeq[events[j].Seq] = &events[j]
+			}
+			found := false
+			for _, ev := range events {
+				if ev.Kind != event.KindAlert || ev.Alert == nil || ev.Alert.RuleID != c.rule {
+					continue
+				}
+				found = true
+				if ev.CallID != callID {
+					t.Errorf("alert in call %s's timeline says call %q", callID, ev.CallID)
+				}
+				trig := bySeq[ev.Alert.EventSeq]
+				if trig == nil || trig.Kind == event.KindAlert {
+					t.Errorf("alert %d points at event %d, not an event of the call", ev.Seq, ev.Alert.EventSeq)
+				} else if trig.CallID != callID {
+					t.Errorf("alert's trigger event belongs to call %q", trig.CallID)
+				}
+			}
+			if found {
+				return
+			}
+			// Say whether the rule fires on the recorded events: it tells a rule that does not
+			// match the real behaviour from an agent that did not evaluate it.
+			eng := NewEngine(shipped, nil)
+			offline := 0
+			for j := range events {
+				if events[j].Kind == event.KindAlert {
+					continue
+				}
+				for _, a := range eng.Eval(&events[j]) {
+					if a.Alert.RuleID == c.rule {
+						offline++
+					}
+				}
+			}
+			var dump strings.Builder
+			if offline == 0 {
+				for _, ev := range events {
+					if ev.Kind == event.KindSyscall || ev.Kind == event.KindExec || ev.Kind == event.KindLimit ||
+						ev.Kind == event.KindConnect || ev.Kind == event.KindDenial ||
+						(ev.Kind == event.KindOpen && !strings.HasPrefix(ev.Open.Path, "/usr/lib") && !strings.HasPrefix(ev.Open.Path, "/lib")) {
+						b, _ := json.Marshal(ev)
+						dump.WriteString("\n  " + string(b))
+					}
+				}
+			}
+			t.Errorf("no %s alert in call %s's timeline (%d events); on the recorded events the rule fires %d time(s)%s",
+				c.rule, callID, len(events), offline, dump.String())
+		})
+	}
+}
