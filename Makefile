@@ -1,0 +1,46 @@
+# berm — see README.md. `sudo make demo` and `sudo make test` do all the set-up themselves.
+GO       ?= go
+BIN      := bin
+CMDS     := $(notdir $(wildcard cmd/*))
+GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
+
+.PHONY: all build deps generate check-generated vmlinux test test-unit demo bench clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+# Debian packages the build, tests and demo use (clang only for `make generate`).
+deps:
+	@testenv/install-deps.sh
+
+# Regenerate the eBPF objects and their Go loaders (needs clang, llvm, libbpf-dev).
+generate:
+	cd bpf && $(GO) generate ./...
+
+# The committed objects must be what the C sources compile to.
+check-generated: generate
+	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed generated files are stale: run 'make generate' and commit"; exit 1; }
+
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/include/vmlinux.h
+
+# Everything: pure-logic tests run anywhere; kernel, cgroup and ClickHouse tests need root.
+test: deps build
+	$(GO) vet ./...
+	$(GOTEST) ./...
+
+test-unit:
+	$(GOTEST) -short ./...
+
+# The seed incident as a tool call, on the embedded default (no daemon, no ClickHouse).
+demo: build
+	@testenv/demo.sh
+
+bench: deps build
+	@testenv/bench.sh
+
+clean:
+	rm -rf $(BIN) .bench

@@ -1,0 +1,162 @@
+// Command launch measures, in one run on one machine: the launch latency of `berm run --
+// /bin/true` (through a running bermd) against a bare exec and `bwrap --unshare-all`, and the
+// cost of a syscall inside a traced call, outside any sandbox with the agent loaded, and with
+// no agent at all. It prints a markdown report. Figures, not assertions.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func timeRun(name string, args ...string) time.Duration {
+	cmd := exec.Command(name, args...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		must(fmt.Errorf("%s %v: %v: %s", name, args, err, errb.String()))
+	}
+	return time.Since(start)
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func output(name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		must(fmt.Errorf("%s %v: %v: %s", name, args, err, errb.String()))
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func median(f []float64) float64 {
+	sort.Float64s(f)
+	return f[len(f)/2]
+}
+
+func main() {
+	bin := flag.String("bin", "bin", "directory with berm and bermd")
+	n := flag.Int("n", 200, "launches per variant")
+	rounds := flag.Int("rounds", 5, "rounds of each syscall measurement")
+	flag.Parse()
+	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
+
+	work, err := os.MkdirTemp("/run", "berm-bench.")
+	must(err)
+	defer os.RemoveAll(work)
+	must(os.Chmod(work, 0o755))
+	ws := filepath.Join(work, "ws")
+	must(os.Mkdir(ws, 0o755))
+	must(os.Chown(ws, 65534, 65534))
+	sysloop := filepath.Join(ws, "sysloop")
+	build := exec.Command("go", "build", "-o", sysloop, "./testenv/bench/sysloop")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		must(fmt.Errorf("build sysloop: %v: %s", err, out))
+	}
+	const calls = 1_000_000
+	const tracedCalls = 200_000
+
+	// Syscall cost with no agent on the machine.
+	var bare []float64
+	for i := 0; i < *rounds; i++ {
+		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(calls)), 64)
+		bare = append(bare, v)
+	}
+
+	state := filepath.Join(work, "state")
+	sock := filepath.Join(work, "bermd.sock")
+	d := exec.Command(bermd, "--state-dir", state, "--socket", sock, "--metrics", "", "--no-rules")
+	d.Stderr = os.Stderr
+	must(d.Start())
+	defer func() { d.Process.Signal(os.Interrupt); d.Wait() }()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i > 200 {
+			must(fmt.Errorf("bermd did not start"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run := func(extra ...string) []string {
+		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--no-rules"}
+		a = append(a, extra...)
+		return a
+	}
+
+	// Launch latency, interleaved so that noise hits every variant alike.
+	bwrapArgs := []string{"--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+	var tBare, tBwrap, tBerm []time.Duration
+	for i := 0; i < *n; i++ {
+		tBare = append(tBare, timeRun("/bin/true"))
+		tBwrap = append(tBwrap, timeRun("bwrap", bwrapArgs...))
+		tBerm = append(tBerm, timeRun(berm, append(run("--"), "/bin/true")...))
+	}
+
+	var outside, inside, traced []float64
+	for i := 0; i < *rounds; i++ {
+		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(calls)), 64)
+		outside = append(outside, v)
+		v, _ = strconv.ParseFloat(output(berm, append(run("--"), "./sysloop", strconv.Itoa(calls))...), 64)
+		inside = append(inside, v)
+		v, _ = strconv.ParseFloat(output(berm, append(run("--trace-syscall", "getppid", "--"), "./sysloop", strconv.Itoa(tracedCalls))...), 64)
+		traced = append(traced, v)
+	}
+	drops := output(berm, "calls", "--state-dir", state, "--json")
+
+	fmt.Printf("## Launch latency (%d launches each, interleaved)\n\n", *n)
+	fmt.Println("| variant | p50 | p99 | p50 overhead over bare exec |")
+	fmt.Println("|---|---|---|---|")
+	b50 := pct(tBare, .5)
+	fmt.Printf("| bare exec /bin/true | %s | %s | - |\n", ms(b50), ms(pct(tBare, .99)))
+	fmt.Printf("| bwrap --unshare-all /bin/true | %s | %s | %s |\n", ms(pct(tBwrap, .5)), ms(pct(tBwrap, .99)), ms(pct(tBwrap, .5)-b50))
+	fmt.Printf("| berm run -- /bin/true (bermd) | %s | %s | %s |\n", ms(pct(tBerm, .5)), ms(pct(tBerm, .99)), ms(pct(tBerm, .5)-b50))
+	ratio := float64(pct(tBerm, .5)-b50) / float64(pct(tBwrap, .5)-b50)
+	fmt.Printf("\nberm overhead / bwrap overhead (p50) = **%.2f** (target <= 0.5)\n\n", ratio)
+
+	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)
+	fmt.Println("| where | ns per syscall | over no agent |")
+	fmt.Println("|---|---|---|")
+	mb := median(bare)
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{
+		{"no agent loaded", mb},
+		{"outside any sandbox, agent loaded", median(outside)},
+		{"inside a traced call (counted in the kernel)", median(inside)},
+		{"inside a traced call, every syscall an event (fully audited)", median(traced)},
+	} {
+		fmt.Printf("| %s | %.0f | %+.0f |\n", r.name, r.v, r.v-mb)
+	}
+	lost := strings.Count(drops, `"kernel": 0`) // informational
+	_ = lost
+	fmt.Printf("\nfully audited per-syscall overhead = **%.2f us** (target <= 1 us)\n", (median(traced)-mb)/1000)
+}

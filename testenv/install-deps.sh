@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages berm's build, tests and demo use, when they are missing.
+set -euo pipefail
+pkgs=(clang llvm libbpf-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing packages: ${missing[*]} (run as root, e.g. sudo make test)" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# bpffs for pinning (not mounted by default on this machine kind).
+if [ "$(id -u)" = 0 ] && ! mountpoint -q /sys/fs/bpf 2>/dev/null; then
+  mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+fi
