@@ -85,10 +85,15 @@ func TestDecode(t *testing.T) {
 	ext.Hdr = hdr(bpf.ProcessBermOpBERM_OP_EXIT, unsafe.Sizeof(ext))
 	ext.Code = 9 // killed by SIGKILL
 
-	var sc bpf.ProcessBermSyscall
-	sc.Hdr = hdr(bpf.ProcessBermOpBERM_OP_SYSCALL, unsafe.Sizeof(sc))
-	sc.Nr = 263
+	var sc bpf.ProcessBermSyscallPath
+	sc.Sc.Hdr = hdr(bpf.ProcessBermOpBERM_OP_SYSCALL_PATH, unsafe.Sizeof(sc))
+	sc.Sc.Nr = 263
 	setStr(sc.Path[:], "temp/b")
+
+	var sp bpf.ProcessBermSyscall
+	sp.Hdr = hdr(bpf.ProcessBermOpBERM_OP_SYSCALL, unsafe.Sizeof(sp))
+	sp.Nr = 110
+	sp.Ret = 1
 
 	cases := []struct {
 		name  string
@@ -107,8 +112,11 @@ func TestDecode(t *testing.T) {
 				e.Connect.Port == 443 && e.Connect.Errno == "ECONNREFUSED"
 		}},
 		{"exit by signal", raw(&ext), func(e *event.Event) bool { return e.Kind == event.KindExit && e.Exit.Signal == 9 }},
-		{"syscall", raw(&sc), func(e *event.Event) bool {
+		{"syscall with path", raw(&sc), func(e *event.Event) bool {
 			return e.Kind == event.KindSyscall && e.Syscall.Name == "unlinkat" && e.Syscall.Path == "temp/b"
+		}},
+		{"syscall", raw(&sp), func(e *event.Event) bool {
+			return e.Kind == event.KindSyscall && e.Syscall.Name == "getppid" && e.Syscall.Result == 1 && e.Syscall.Path == ""
 		}},
 	}
 	for _, tc := range cases {

@@ -23,6 +23,8 @@ var wireSizes = map[bpf.ProcessBermOp]uintptr{
 	bpf.ProcessBermOpBERM_OP_CONNECT: unsafe.Sizeof(bpf.ProcessBermConnect{}),
 	bpf.ProcessBermOpBERM_OP_SYSCALL: unsafe.Sizeof(bpf.ProcessBermSyscall{}),
 	bpf.ProcessBermOpBERM_OP_DENY:    unsafe.Sizeof(bpf.ProcessBermDeny{}),
+
+	bpf.ProcessBermOpBERM_OP_SYSCALL_PATH: unsafe.Sizeof(bpf.ProcessBermSyscallPath{}),
 }
 
 var hdrSize = int(unsafe.Sizeof(bpf.ProcessBermHdr{}))
@@ -121,17 +123,22 @@ func decode(raw []byte, ev *event.Event) error {
 	case bpf.ProcessBermOpBERM_OP_SYSCALL:
 		e, _ := cast[bpf.ProcessBermSyscall](raw)
 		ev.Kind = event.KindSyscall
-		ev.Syscall = &event.Syscall{
-			Nr: e.Nr, Name: event.SyscallName(e.Nr), Args: e.Args,
-			Path: cstr(e.Path[:]), Path2: cstr(e.Path2[:]),
-			Result: e.Ret, Errno: errnoName(e.Ret),
-		}
+		ev.Syscall = decodeSyscall(e)
+	case bpf.ProcessBermOpBERM_OP_SYSCALL_PATH:
+		e, _ := cast[bpf.ProcessBermSyscallPath](raw)
+		ev.Kind = event.KindSyscall
+		ev.Syscall = decodeSyscall(&e.Sc)
+		ev.Syscall.Path, ev.Syscall.Path2 = cstr(e.Path[:]), cstr(e.Path2[:])
 	case bpf.ProcessBermOpBERM_OP_DENY:
 		e, _ := cast[bpf.ProcessBermDeny](raw)
 		ev.Kind = event.KindDenial
 		ev.Denial = decodeDeny(e)
 	}
 	return nil
+}
+
+func decodeSyscall(e *bpf.ProcessBermSyscall) *event.Syscall {
+	return &event.Syscall{Nr: e.Nr, Name: event.SyscallName(e.Nr), Args: e.Args, Result: e.Ret, Errno: errnoName(e.Ret)}
 }
 
 func decodeDeny(e *bpf.ProcessBermDeny) *event.Denial {

@@ -23,6 +23,8 @@ const struct berm_exit *unused_exit __attribute__((unused));
 const struct berm_open *unused_open __attribute__((unused));
 const struct berm_connect *unused_connect __attribute__((unused));
 const struct berm_syscall *unused_syscall __attribute__((unused));
+const struct berm_syscall_path *unused_syscall_path __attribute__((unused));
+const struct berm_syscounts *unused_syscounts __attribute__((unused));
 const struct berm_deny *unused_deny __attribute__((unused));
 const enum berm_layer *unused_layer __attribute__((unused));
 const struct berm_call_cfg *unused_cfg __attribute__((unused));
@@ -69,7 +71,7 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	if (bpf_probe_read_user(e->args, len, (void *)start) < 0)
 		len = 0;
 	e->args_len = len;
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 	return 0;
 }
 
@@ -96,7 +98,7 @@ int BPF_PROG(berm_sched_fork, struct task_struct *parent, struct task_struct *ch
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_FORK, sizeof(*e), parent);
 	e->child_pid = BPF_CORE_READ(child, tgid);
 	e->child_tid = BPF_CORE_READ(child, pid);
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 	return 0;
 }
 
@@ -123,6 +125,6 @@ int BPF_PROG(berm_sched_exit, struct task_struct *p)
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXIT, sizeof(*e), p);
 	e->code = BPF_CORE_READ(p, exit_code);
 	e->thread_group_dead = BPF_CORE_READ(p, signal, live.counter) == 0;
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 	return 0;
 }

@@ -28,12 +28,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define AF_INET 2
 #define AF_INET6 10
 
-/* Per-call, per-syscall counters: index slot * BERM_MAX_SYSCALLS + nr. Per-CPU: no atomics. */
+/* Per-call syscall counters, indexed by slot. Per-CPU: no atomics on the hot path. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BERM_MAX_SLOTS * BERM_MAX_SYSCALLS);
+	__uint(max_entries, BERM_MAX_SLOTS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct berm_syscounts);
 } berm_syscounts SEC(".maps");
 
 /*
@@ -49,10 +49,10 @@ int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	if (id < 0 || id >= BERM_MAX_SYSCALLS)
 		return 0;
-	__u32 idx = cfg->slot * BERM_MAX_SYSCALLS + (__u32)id;
-	__u64 *n = bpf_map_lookup_elem(&berm_syscounts, &idx);
-	if (n)
-		*n += 1;
+	__u32 slot = cfg->slot;
+	struct berm_syscounts *c = bpf_map_lookup_elem(&berm_syscounts, &slot);
+	if (c)
+		c->n[id & (BERM_MAX_SYSCALLS - 1)] += 1;
 	return 0;
 }
 
@@ -87,7 +87,7 @@ static __always_inline void emit_open(struct berm_call_cfg *cfg, __u64 cgid, str
 	}
 	if (bpf_probe_read_user_str(e->path, sizeof(e->path), path) < 0)
 		e->path[0] = 0;
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 }
 
 static __always_inline void emit_connect(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
@@ -122,7 +122,7 @@ static __always_inline void emit_connect(struct berm_call_cfg *cfg, __u64 cgid, 
 		if (bpf_probe_read_user_str(e->unix_path, sizeof(e->unix_path), uaddr + 2) < 0)
 			e->unix_path[0] = 0;
 	}
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 }
 
 /* Which argument of a traced syscall is a path (-1: none). x86-64 numbers. */
@@ -186,14 +186,8 @@ static __always_inline int path2_arg(long nr)
 	return -1;
 }
 
-static __always_inline void emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
-					 long nr, long ret)
+static __always_inline void fill_syscall(struct berm_syscall *e, struct pt_regs *regs, long nr, long ret)
 {
-	struct berm_syscall *e = berm_reserve(cfg, sizeof(*e));
-	if (!e)
-		return;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_SYSCALL, sizeof(*e), task);
 	e->ret = ret;
 	e->nr = nr;
 	e->pad = 0;
@@ -203,14 +197,34 @@ static __always_inline void emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, 
 	e->args[3] = regs->r10;
 	e->args[4] = regs->r8;
 	e->args[5] = regs->r9;
+}
+
+static __always_inline void emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
+					 long nr, long ret)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	int a = path_arg(nr), b = path2_arg(nr);
+	if (a < 0) {
+		struct berm_syscall *e = berm_reserve(cfg, sizeof(*e));
+		if (!e)
+			return;
+		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_SYSCALL, sizeof(*e), task);
+		fill_syscall(e, regs, nr, ret);
+		berm_submit(e, sizeof(*e));
+		return;
+	}
+	struct berm_syscall_path *e = berm_reserve(cfg, sizeof(*e));
+	if (!e)
+		return;
+	berm_fill_hdr(&e->sc.hdr, cfg, cgid, BERM_OP_SYSCALL_PATH, sizeof(*e), task);
+	fill_syscall(&e->sc, regs, nr, ret);
 	e->path[0] = 0;
 	e->path2[0] = 0;
-	int a = path_arg(nr), b = path2_arg(nr);
-	if (a >= 0 && a < 6 && bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)e->args[a]) < 0)
+	if (a < 6 && bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)e->sc.args[a]) < 0)
 		e->path[0] = 0;
-	if (b >= 0 && b < 6 && bpf_probe_read_user_str(e->path2, sizeof(e->path2), (void *)e->args[b]) < 0)
+	if (b >= 0 && b < 6 && bpf_probe_read_user_str(e->path2, sizeof(e->path2), (void *)e->sc.args[b]) < 0)
 		e->path2[0] = 0;
-	berm_submit(e);
+	berm_submit(e, sizeof(*e));
 }
 
 /*

@@ -20,6 +20,11 @@ type SyscallsBermCallCfg struct {
 	SysMask [8]uint64
 }
 
+type SyscallsBermSyscounts struct {
+	_ structs.HostLayout
+	N [512]uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.

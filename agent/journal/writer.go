@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,7 +30,15 @@ type Writer struct {
 	f     *os.File // open segment, O_APPEND
 	known int64    // offset up to which the segment is known to be valid
 	buf   []byte
+	dirty bool // a record that asked for durability is not synced yet
+
+	stop chan struct{}
+	done chan struct{}
 }
+
+// SyncInterval is the group commit period: a call's end record is on disk at most this long
+// after it was appended, and many calls ending together share one fsync.
+var SyncInterval = 100 * time.Millisecond
 
 // OpenWriter opens (creating) the journal in dir.
 func OpenWriter(dir string) (*Writer, error) {
@@ -40,14 +49,36 @@ func OpenWriter(dir string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal lock: %w", err)
 	}
-	return &Writer{dir: dir, lock: lock}, nil
+	w := &Writer{dir: dir, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.syncLoop()
+	return w, nil
+}
+
+func (w *Writer) syncLoop() {
+	defer close(w.done)
+	t := time.NewTicker(SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			w.mu.Lock()
+			if w.dirty && w.f != nil {
+				_ = w.f.Sync()
+				w.dirty = false
+			}
+			w.mu.Unlock()
+		}
+	}
 }
 
 // Dir is the journal's directory.
 func (w *Writer) Dir() string { return w.dir }
 
-// AppendCallStart, AppendEvents and AppendCallEnd write one record each. AppendCallEnd also
-// syncs the segment: a finished call's record survives a power loss.
+// AppendCallStart, AppendEvents and AppendCallEnd write one record each. AppendCallEnd's
+// record is synced by the next group commit (SyncInterval) or Close: a finished call's record
+// survives a power loss once that has happened.
 func (w *Writer) AppendCallStart(s *event.CallStart) error {
 	return w.appendJSON(TypeCallStart, s, false)
 }
@@ -94,11 +125,7 @@ func (w *Writer) Append(t RecordType, payload []byte, sync bool) error {
 		return fmt.Errorf("append %s to %s: %w", t, w.f.Name(), err)
 	}
 	w.known += int64(n)
-	if sync {
-		if err := w.f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", w.f.Name(), err)
-		}
-	}
+	w.dirty = w.dirty || sync
 	return nil
 }
 
@@ -116,6 +143,10 @@ func (w *Writer) prepareLocked() error {
 	}
 	if w.f == nil || w.seg != last {
 		if w.f != nil {
+			if w.dirty {
+				_ = w.f.Sync()
+				w.dirty = false
+			}
 			w.f.Close()
 		}
 		if err := w.openSegment(last, 0); err != nil {
@@ -139,6 +170,7 @@ func (w *Writer) prepareLocked() error {
 		w.known = valid
 	}
 	if w.known >= SegmentBytes {
+		_ = w.f.Sync()
 		w.f.Close()
 		w.f = nil
 		return w.openSegment(w.seg+1, 0)
@@ -179,6 +211,8 @@ func validEnd(f *os.File, from, to int64) (int64, error) {
 
 // Close releases the writer's files.
 func (w *Writer) Close() error {
+	close(w.stop)
+	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var errs []error

@@ -142,33 +142,24 @@ func (t *Tracer) Unregister(cgroupID uint64) error {
 }
 
 // TakeSyscallCounts returns the slot's per-syscall counts (summed over CPUs) and zeroes them
-// for the slot's next call.
+// for the slot's next call: one lookup and one update, whatever the number of syscalls.
 func (t *Tracer) TakeSyscallCounts(slot uint32) (map[uint32]uint64, error) {
+	var per []bpf.SyscallsBermSyscounts
+	if err := t.sys.BermSyscounts.Lookup(slot, &per); err != nil {
+		return nil, fmt.Errorf("read syscall counters of slot %d: %w", slot, err)
+	}
 	counts := map[uint32]uint64{}
-	base := slot * MaxSyscalls
-	keys := make([]uint32, MaxSyscalls)
-	for i := range keys {
-		keys[i] = base + uint32(i)
-	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, fmt.Errorf("possible cpus: %w", err)
-	}
-	per := make([]uint64, ncpu)
-	for i, k := range keys {
-		if err := t.sys.BermSyscounts.Lookup(k, &per); err != nil {
-			return nil, fmt.Errorf("read syscall counters of slot %d: %w", slot, err)
-		}
-		var sum uint64
-		for _, v := range per {
-			sum += v
-		}
-		if sum > 0 {
-			counts[uint32(i)] = sum
-			clear(per)
-			if err := t.sys.BermSyscounts.Update(k, per, ebpf.UpdateExist); err != nil {
-				return nil, fmt.Errorf("reset syscall counters of slot %d: %w", slot, err)
+	for _, cpu := range per {
+		for nr, n := range cpu.N {
+			if n > 0 {
+				counts[uint32(nr)] += n
 			}
+		}
+	}
+	if len(counts) > 0 {
+		clear(per)
+		if err := t.sys.BermSyscounts.Update(slot, per, ebpf.UpdateExist); err != nil {
+			return nil, fmt.Errorf("reset syscall counters of slot %d: %w", slot, err)
 		}
 	}
 	return counts, nil

@@ -22,6 +22,7 @@ enum berm_op {
 	BERM_OP_CONNECT = 5,
 	BERM_OP_SYSCALL = 6,
 	BERM_OP_DENY = 7,
+	BERM_OP_SYSCALL_PATH = 8,
 };
 
 /* Which enforcement layer refused something (struct berm_deny). */
@@ -98,16 +99,27 @@ struct berm_connect {
 	char unix_path[108];
 };
 
-/* A syscall of the call's traced set. Path arguments are captured for the syscalls that take
- * them (unlink, rename, mkdir, chmod, mount, ...): the pointers alone mean nothing later. */
+/* A syscall of the call's traced set. */
 struct berm_syscall {
 	struct berm_hdr hdr;
 	__s64 ret;
 	__u64 args[6];
 	__u32 nr;
 	__u32 pad;
+};
+
+/* A traced syscall that takes paths (unlink, rename, mkdir, chmod, mount, ...): the pointers
+ * alone mean nothing later, so the strings are captured. A separate op keeps the common,
+ * path-less event small: ring space and copy cost are per byte. */
+struct berm_syscall_path {
+	struct berm_syscall sc;
 	char path[BERM_PATH_LEN];
 	char path2[BERM_PATH_LEN];
+};
+
+/* Per-call syscall counters: one value per slot, so reading a call's counts is one lookup. */
+struct berm_syscounts {
+	__u64 n[BERM_MAX_SYSCALLS];
 };
 
 /* A denial (or, in audit mode, a would-be denial) by a kernel-side layer. */

@@ -55,10 +55,18 @@ static __always_inline void *berm_reserve(struct berm_call_cfg *cfg, __u64 size)
 	return e;
 }
 
-static __always_inline void berm_submit(void *e)
+/*
+ * Wake the reader once per wakeup_bytes of data, when this event is the one that crosses the
+ * threshold (the producer position already counts it). Waking on every event past the
+ * threshold would cost a wake-up per event exactly when the reader is behind; the reader's
+ * own deadline picks up whatever stays below it.
+ */
+static __always_inline void berm_submit(void *e, __u64 size)
 {
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	__u64 avail = bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA);
+	__u64 rec = (size + 8 + 7) & ~7ULL; /* record header, 8-byte alignment */
+	if (avail >= wakeup_bytes && avail - rec < wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
 }

@@ -309,7 +309,7 @@ func (cg *Cgroup) KillAndWait(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("call cgroup %s still populated after %s", cg.V2, timeout)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(200 * time.Microsecond)
 	}
 }
 
@@ -400,7 +400,7 @@ func (cg *Cgroup) Remove() error {
 // rmdir retries briefly: a cgroup is busy for a moment after its last process was reaped.
 func rmdir(d string) error {
 	var err error
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 2000; i++ {
 		err = unix.Rmdir(d)
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
@@ -408,7 +408,7 @@ func rmdir(d string) error {
 		if !errors.Is(err, unix.EBUSY) {
 			return err
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(500 * time.Microsecond)
 	}
 	return err
 }
