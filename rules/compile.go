@@ -28,6 +28,7 @@ type Rule struct {
 	Enabled     bool
 	Tags        []string
 	Window      *Window
+	Condition   string
 	File        string
 	Line        int
 
@@ -63,9 +64,17 @@ type Set struct {
 	files []string
 	// byKind holds the rules evaluated on each kind, in load order. Syscall events are indexed
 	// further by name: bySyscall[name] holds the rules that can match that syscall.
-	byKind       map[event.Kind][]*Rule
-	bySyscall    map[string][]*Rule
-	syscallOther []*Rule
+	byKind       map[event.Kind]*bucket
+	bySyscall    map[string]*bucket
+	syscallOther *bucket
+}
+
+// bucket is the rules one event is evaluated against. all, when set, evaluates every rule's
+// condition in one program (a list of bools): one activation frame per event instead of one
+// per rule, and the macros the conditions share are computed once.
+type bucket struct {
+	rules []*Rule
+	all   cel.Program
 }
 
 // Rules are the set's rules in load order, enabled or not.
@@ -95,7 +104,7 @@ func (s *Set) Rule(id string) *Rule {
 	return nil
 }
 
-func (s *Set) candidates(ev *event.Event) []*Rule {
+func (s *Set) candidates(ev *event.Event) *bucket {
 	if ev.Kind == event.KindSyscall && ev.Syscall != nil {
 		if rs, ok := s.bySyscall[ev.Syscall.Name]; ok {
 			return rs
@@ -105,17 +114,18 @@ func (s *Set) candidates(ev *event.Event) []*Rule {
 	return s.byKind[ev.Kind]
 }
 
-// index builds the lookup tables over the enabled rules.
-func index(rules []*Rule) (byKind map[event.Kind][]*Rule, bySyscall map[string][]*Rule, other []*Rule) {
-	byKind = map[event.Kind][]*Rule{}
-	bySyscall = map[string][]*Rule{}
+// reindex builds the lookup tables over the enabled rules.
+func (s *Set) reindex() {
+	byKind := map[event.Kind][]*Rule{}
+	bySyscall := map[string][]*Rule{}
+	var other []*Rule
 	names := map[string]bool{}
-	for _, r := range rules {
+	for _, r := range s.rules {
 		for _, n := range r.Syscalls {
 			names[n] = true
 		}
 	}
-	for _, r := range rules {
+	for _, r := range s.rules {
 		if !r.Enabled {
 			continue
 		}
@@ -138,13 +148,64 @@ func index(rules []*Rule) (byKind map[event.Kind][]*Rule, bySyscall map[string][
 	}
 	// Keep load order within every list, whichever way rules were added.
 	order := map[*Rule]int{}
-	for i, r := range rules {
+	for i, r := range s.rules {
 		order[r] = i
 	}
-	for _, rs := range bySyscall {
-		sort.Slice(rs, func(i, j int) bool { return order[rs[i]] < order[rs[j]] })
+	s.byKind = map[event.Kind]*bucket{}
+	for k, rs := range byKind {
+		s.byKind[k] = &bucket{rules: rs}
 	}
-	return byKind, bySyscall, other
+	s.bySyscall = map[string]*bucket{}
+	for n, rs := range bySyscall {
+		sort.Slice(rs, func(i, j int) bool { return order[rs[i]] < order[rs[j]] })
+		s.bySyscall[n] = &bucket{rules: rs}
+	}
+	s.syscallOther = &bucket{rules: other}
+}
+
+// combine gives every bucket of more than one rule its single program.
+func (c *compiler) combine(s *Set) {
+	buckets := []*bucket{s.syscallOther}
+	for _, b := range s.byKind {
+		buckets = append(buckets, b)
+	}
+	for _, b := range s.bySyscall {
+		buckets = append(buckets, b)
+	}
+	for _, b := range buckets {
+		if len(b.rules) < 2 {
+			continue
+		}
+		parts := make([]string, len(b.rules))
+		for i, r := range b.rules {
+			parts[i] = "(" + r.Condition + ")"
+		}
+		checked, iss := c.env.Compile("[" + strings.Join(parts, ",\n") + "]")
+		if iss.Err() != nil {
+			continue // each condition compiled alone; the rules are then evaluated one by one
+		}
+		if checked = c.expandQuiet(checked); checked == nil {
+			continue
+		}
+		if prg, err := c.env.Program(checked, cel.EvalOptions(cel.OptOptimize)); err == nil {
+			b.all = prg
+		}
+	}
+}
+
+func (c *compiler) expandQuiet(a *cel.Ast) *cel.Ast {
+	if len(c.inline) == 0 {
+		return a
+	}
+	opt, err := cel.NewStaticOptimizer(cel.NewInliningOptimizer(c.inline...))
+	if err != nil {
+		return nil
+	}
+	out, iss := opt.Optimize(c.env, a)
+	if iss.Err() != nil {
+		return nil
+	}
+	return out
 }
 
 // compiler turns the specs of one load into a Set.
@@ -202,7 +263,8 @@ func (l *loader) compile(files []string) (*Set, error) {
 	if len(l.issues) > 0 {
 		return nil, &LoadError{Issues: l.issues}
 	}
-	s.byKind, s.bySyscall, s.syscallOther = index(s.rules)
+	s.reindex()
+	c.combine(s)
 	return s, nil
 }
 
@@ -373,6 +435,7 @@ func (c *compiler) compileRule(rs *ruleSpec) *Rule {
 	if rs.condition == nil {
 		return nil
 	}
+	r.Condition = rs.condition.s
 	checked, prg := c.compileExpr(*rs.condition, rs.id, "condition", cel.BoolType)
 	r.cond = prg
 	ok = prg != nil

@@ -109,44 +109,54 @@ func (e *Engine) Eval(ev *event.Event) []event.Event {
 	if s == nil {
 		return nil
 	}
-	cands := s.candidates(ev)
-	if len(cands) == 0 {
+	b := s.candidates(ev)
+	if b == nil || len(b.rules) == 0 {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.act.ev = ev
 	var out []event.Event
-	for _, r := range cands {
-		ok, err := r.match(&e.act)
+	if b.all != nil {
+		if v, _, err := b.all.Eval(&e.act); err == nil {
+			if l, ok := v.(traits.Lister); ok && int(l.Size().(types.Int)) == len(b.rules) {
+				for i, r := range b.rules {
+					if l.Get(types.Int(i)) == types.True {
+						out = e.matched(r, ev, out)
+					}
+				}
+				e.act.ev = nil
+				return out
+			}
+		}
+		// A condition failed: evaluate one by one to tell which, and count its error.
+	}
+	for _, r := range b.rules {
+		ok, _, err := r.cond.Eval(&e.act)
 		if err != nil {
 			e.m.errors.WithLabelValues(r.ID).Inc()
 			continue
 		}
-		if !ok || (r.Window != nil && !e.window(r, ev)) {
-			continue
+		if ok == types.True {
+			out = e.matched(r, ev, out)
 		}
-		out = append(out, r.alert(ev, &e.act))
-		e.m.alerts.WithLabelValues(r.ID, r.Severity, r.Surface).Inc()
 	}
 	e.act.ev = nil
 	return out
 }
 
-func (r *Rule) match(act *activation) (bool, error) {
-	v, _, err := r.cond.Eval(act)
-	if err != nil {
-		return false, err
-	}
-	if v != types.True {
-		return false, nil
-	}
+// matched takes a rule whose condition holds through its exceptions and window.
+func (e *Engine) matched(r *Rule, ev *event.Event, out []event.Event) []event.Event {
 	for _, ex := range r.exceptions {
-		if v, _, err := ex.prg.Eval(act); err == nil && v == types.True {
-			return false, nil
+		if v, _, err := ex.prg.Eval(&e.act); err == nil && v == types.True {
+			return out
 		}
 	}
-	return true, nil
+	if r.Window != nil && !e.window(r, ev) {
+		return out
+	}
+	e.m.alerts.WithLabelValues(r.ID, r.Severity, r.Surface).Inc()
+	return append(out, r.alert(ev, &e.act))
 }
 
 // window counts a match of a windowed rule and says whether the rule fires.

@@ -49,7 +49,7 @@ func runCase(r *Rule, tc testCase) TestResult {
 	one := *r
 	one.Enabled = true
 	set := &Set{rules: []*Rule{&one}}
-	set.byKind, set.bySyscall, set.syscallOther = index(set.rules)
+	set.reindex()
 	eng := NewEngine(set, nil)
 	for i := range tc.events {
 		ev := &tc.events[i]
