@@ -76,6 +76,7 @@ type Collector struct {
 	cur     *cursor
 	warned  map[journal.Position]bool
 	overLim bool
+	free    chan *batch // shipped batches, for reuse
 
 	mu     sync.Mutex // guards conn and schema
 	conn   driver.Conn
@@ -107,7 +108,7 @@ func New(cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg: cfg, dir: filepath.Join(cfg.StateDir, "journal"), opts: opts, db: db,
 		log: cfg.Logger.With("destination", redactDSN(cfg.DSN)), m: m, cur: cur,
-		warned: map[journal.Position]bool{},
+		warned: map[journal.Position]bool{}, free: make(chan *batch, 3),
 	}
 	if cfg.MaxBacklogBytes > 0 {
 		m.backlogLimit.Set(float64(cfg.MaxBacklogBytes))
@@ -203,6 +204,10 @@ func (c *Collector) run(ctx context.Context, once bool) error {
 			<-prodErr
 			return err
 		}
+		select {
+		case c.free <- b:
+		default:
+		}
 	}
 	return <-prodErr
 }
@@ -214,7 +219,12 @@ func (c *Collector) produce(ctx context.Context, pos journal.Position, once bool
 	var b *batch
 	var opened time.Time
 	newBatch := func() {
-		b = &batch{start: pos, end: pos}
+		select {
+		case b = <-c.free:
+		default:
+			b = &batch{}
+		}
+		b.reset(pos, c.cfg.BatchRows)
 		opened = time.Now()
 		c.m.opened(b)
 	}

@@ -1,11 +1,12 @@
 package collector
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"sort"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 
 	"github.com/bermsec/berm/agent/event"
 )
@@ -61,7 +62,7 @@ type eventRows struct {
 func (r *eventRows) len() int { return len(r.seq) }
 
 func (r *eventRows) add(e *event.Event) error {
-	detail, err := json.Marshal(partsOf(e))
+	detail, err := gojson.Marshal(partsOf(e))
 	if err != nil {
 		return fmt.Errorf("encode event %s: %w", e.ID(), err)
 	}
@@ -142,14 +143,31 @@ func addrValues(d Dialect, addr [][16]byte) any {
 	if d == Modern {
 		return addr
 	}
-	out := make([]string, len(addr))
+	out := make([][]byte, len(addr))
 	for i := range addr {
-		out[i] = string(addr[i][:])
+		out[i] = addr[i][:]
 	}
 	return out
 }
 
-func (r *eventRows) reset() { *r = eventRows{} }
+// reset empties the rows and keeps their memory, sized for n rows: a collector reuses its
+// few batches instead of growing new slices for every one.
+func (r *eventRows) reset(n int) {
+	r.tenant, r.tool, r.callID = resize(r.tenant, n), resize(r.tool, n), resize(r.callID, n)
+	r.seq, r.time, r.timeNs, r.kind = resize(r.seq, n), resize(r.time, n), resize(r.timeNs, n), resize(r.kind, n)
+	r.pid, r.tid, r.ppid, r.uid = resize(r.pid, n), resize(r.tid, n), resize(r.ppid, n), resize(r.uid, n)
+	r.comm, r.exe, r.parentExe, r.path = resize(r.comm, n), resize(r.exe, n), resize(r.parentExe, n), resize(r.path, n)
+	r.addr, r.port, r.result = resize(r.addr, n), resize(r.port, n), resize(r.result, n)
+	r.errno, r.syscall, r.rule, r.detail = resize(r.errno, n), resize(r.syscall, n), resize(r.rule, n), resize(r.detail, n)
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	clear(s[:cap(s)]) // drop references to the last batch's strings
+	return s[:0]
+}
 
 // alertRows are the alerts table's rows.
 type alertRows struct {

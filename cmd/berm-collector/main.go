@@ -37,6 +37,8 @@ func run() error {
 		metrics  string
 		printDDL string
 		onClust  bool
+		migrate  bool
+		database string
 		verbose  bool
 	)
 	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/berm", "berm state directory (the journal is in <state-dir>/journal)")
@@ -50,6 +52,8 @@ func run() error {
 	flag.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9464)")
 	flag.StringVar(&printDDL, "print-ddl", "", "print the schema for a dialect (legacy or modern) and exit; with --cluster, the sharded layout")
 	flag.BoolVar(&onClust, "on-cluster", false, "with --print-ddl and --cluster: add ON CLUSTER to every statement")
+	flag.StringVar(&database, "database", "berm", "with --print-ddl: the database the DDL names")
+	flag.BoolVar(&migrate, "migrate", false, "apply the schema to the server of --clickhouse (with --cluster: the sharded layout) and exit; run it on every node of a cluster")
 	flag.BoolVar(&verbose, "v", false, "debug logging")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -58,7 +62,7 @@ func run() error {
 
 	if printDDL != "" {
 		ddl, err := collector.DDL(collector.SchemaOptions{
-			Database: "berm", Dialect: collector.Dialect(printDDL), Retention: cfg.Retention,
+			Database: database, Dialect: collector.Dialect(printDDL), Retention: cfg.Retention,
 			Cluster: cfg.Cluster, OnCluster: onClust,
 		})
 		if err != nil {
@@ -79,6 +83,11 @@ func run() error {
 	reg := prometheus.NewRegistry()
 	cfg.Registry = reg
 
+	if migrate {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return collector.MigrateDSN(ctx, cfg.DSN, cfg.Cluster, cfg.Retention, cfg.Logger)
+	}
 	c, err := collector.New(cfg)
 	if err != nil {
 		return err

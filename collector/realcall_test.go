@@ -1,0 +1,38 @@
+package collector
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestShipRealCall runs a real tool call with berm run (traced, sandboxed: needs root), ships
+// its journal and reads it back: the same call and timeline as from the local journal.
+func TestShipRealCall(t *testing.T) {
+	if !isRoot() {
+		t.Skip("berm run needs root (cgroups, namespaces, eBPF)")
+	}
+	s := server(t)
+	dsn := freshDB(t, s)
+	bin := filepath.Join(t.TempDir(), "berm")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/bermsec/berm/cmd/berm").CombinedOutput(); err != nil {
+		t.Fatalf("build berm: %v\n%s", err, out)
+	}
+	state := t.TempDir()
+	out, err := exec.Command(bin, "run", "--state-dir", state, "--tool", "shell", "--tenant", "acme", "--",
+		"/bin/sh", "-c", "echo hello; cat /etc/hostname >/dev/null; ls / >/dev/null").CombinedOutput()
+	if err != nil {
+		t.Fatalf("berm run: %v\n%s", err, out)
+	}
+	c, _ := newCollector(t, state, dsn, nil)
+	if err := c.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	if n := count(t, conn, "SELECT count() FROM "+c.db+".events"); n == 0 {
+		t.Fatal("the call's events did not reach clickhouse")
+	}
+	exactlyOnce(t, conn, c.db, state)
+	sameAsJournal(t, state, dsn, 1)
+}
