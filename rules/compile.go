@@ -67,6 +67,7 @@ type Set struct {
 	byKind       map[event.Kind]*bucket
 	bySyscall    map[string]*bucket
 	syscallOther *bucket
+	fingerprint  string // of the files when they were read (Watch compares with it)
 }
 
 // bucket is the rules one event is evaluated against. all, when set, evaluates every rule's

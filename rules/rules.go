@@ -21,12 +21,17 @@ const ShippedDir = "rules/ruleset"
 // LoadFiles loads rule files (directories are searched for *.yaml and *.yml). Lists and macros
 // are shared by every file of the load. Any problem fails the whole load with a *LoadError.
 func LoadFiles(paths ...string) (*Set, error) {
+	fp := fingerprint(paths) // before reading: a change during the load is seen by Watch
 	l := &loader{}
 	names, err := l.readFiles(paths)
 	if err != nil {
 		return nil, err
 	}
-	return l.compile(names)
+	s, err := l.compile(names)
+	if s != nil {
+		s.fingerprint = fp
+	}
+	return s, err
 }
 
 // Shipped loads the embedded ruleset.
@@ -42,6 +47,7 @@ func Shipped() (*Set, error) {
 // LoadWithShipped loads the embedded ruleset and the given files as one set: the files can use
 // the shipped lists and macros and add rules (rule ids must stay unique).
 func LoadWithShipped(paths ...string) (*Set, error) {
+	fp := fingerprint(paths)
 	l := &loader{}
 	names, err := l.readShipped()
 	if err != nil {
@@ -51,7 +57,11 @@ func LoadWithShipped(paths ...string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.compile(append(names, more...))
+	s, err := l.compile(append(names, more...))
+	if s != nil {
+		s.fingerprint = fp
+	}
+	return s, err
 }
 
 func (l *loader) readFiles(paths []string) ([]string, error) {

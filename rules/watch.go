@@ -28,7 +28,12 @@ func watch(ctx context.Context, paths []string, eng *Engine, log *slog.Logger, l
 	if log == nil {
 		log = slog.Default()
 	}
+	// Compare with the files as the active set read them, so that a change made between the
+	// load and this call is not missed.
 	last := fingerprint(paths)
+	if s := eng.Set(); s != nil && s.fingerprint != "" {
+		last = s.fingerprint
+	}
 	t := time.NewTicker(WatchInterval)
 	defer t.Stop()
 	for {
