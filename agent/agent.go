@@ -145,6 +145,8 @@ type Call struct {
 	cgroup uint64
 	slot   uint32
 
+	policy *CallPolicy
+
 	// Owned by the decoder goroutine until End has passed its barrier.
 	seq     uint64
 	counts  event.Counts
@@ -153,9 +155,16 @@ type Call struct {
 	pending []event.Event
 }
 
+// CallOptions say how to trace a call.
+type CallOptions struct {
+	Traced []uint32    `json:"traced"` // syscalls reported one by one
+	Policy *CallPolicy `json:"policy"` // nil: no policy to attribute denials to
+}
+
 // Begin starts tracing the cgroup as a call. It must be called before the first process is
 // placed in the cgroup: then not one instruction of the call runs untraced.
-func (a *Agent) Begin(start event.CallStart, traced []uint32) (*Call, error) {
+func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
+	traced := opts.Traced
 	a.mu.Lock()
 	slot := -1
 	for i, used := range a.slots {
@@ -172,7 +181,7 @@ func (a *Agent) Begin(start event.CallStart, traced []uint32) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy}
 	a.slots[slot] = true
 	a.calls[start.CgroupID] = c
 	a.mu.Unlock()
@@ -188,7 +197,8 @@ func (a *Agent) Begin(start event.CallStart, traced []uint32) (*Call, error) {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
 	a.userDrops[slot].Store(0)
-	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced}); err != nil {
+	audit := opts.Policy != nil && opts.Policy.audit()
+	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
 	a.m.active.Inc()
@@ -308,17 +318,37 @@ func (a *Agent) append(c *Call, ev event.Event) {
 		c.denials[ev.Denial.Surface]++
 	}
 	a.m.events.WithLabelValues(string(ev.Kind)).Inc()
+	if ev.Kind == event.KindDenial && ev.Denial != nil {
+		a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
+	}
 	c.pending = append(c.pending, ev)
+	var denial *event.Denial
+	if c.policy != nil && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
+		denial = c.policy.judge(&c.pending[len(c.pending)-1])
+	}
 	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
 		for _, al := range (*r).Eval(&c.pending[len(c.pending)-1]) {
 			a.append(c, al)
 		}
+	}
+	if denial != nil {
+		d := ev
+		d.Kind, d.Denial = event.KindDenial, denial
+		d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
+		a.append(c, d)
 	}
 	if len(c.pending) >= 1024 {
 		if err := a.flush(c); err != nil {
 			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
 		}
 	}
+}
+
+func auditLabel(b bool) string {
+	if b {
+		return "audit"
+	}
+	return "enforce"
 }
 
 func (a *Agent) flush(c *Call) error {

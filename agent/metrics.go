@@ -10,6 +10,7 @@ type metrics struct {
 	active      prometheus.Gauge
 	events      *prometheus.CounterVec
 	drops       *prometheus.CounterVec
+	denials     *prometheus.CounterVec
 	malformed   prometheus.Counter
 	orphans     prometheus.Counter
 	journalErrs prometheus.Counter
@@ -29,6 +30,9 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "berm_events_dropped_total", Help: "Events lost: in the kernel (ring buffer full) or in the agent (queue full).",
 		}, []string{"where"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berm_denials_total", Help: "Denials (and audit-mode would-be denials) by layer and surface.",
+		}, []string{"layer", "surface", "mode"}),
 		malformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "berm_events_malformed_total", Help: "Ring buffer records that did not match the wire contract.",
 		}),
@@ -42,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.malformed, m.orphans, m.journalErrs,
+	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_ringbuf_pending_bytes", Help: "Bytes waiting in the event ring buffer.",
 		}, ring),

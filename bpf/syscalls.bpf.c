@@ -129,6 +129,7 @@ static __always_inline void emit_connect(struct berm_call_cfg *cfg, __u64 cgid, 
 static __always_inline int path_arg(long nr)
 {
 	switch (nr) {
+	case 59:  /* execve (only failed ones are reported) */
 	case 21:  /* access */
 	case 76:  /* truncate */
 	case 82:  /* rename */
@@ -254,6 +255,9 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	}
 	if (nr < 0 || nr >= BERM_MAX_SYSCALLS)
+		return 0;
+	/* A successful exec is the exec event; a refused one only shows here. */
+	if ((nr == 59 || nr == 322) && ret >= 0)
 		return 0;
 	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
 	if (cfg->sys_mask[word] & (1ULL << (nr % 64)))

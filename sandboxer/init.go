@@ -13,6 +13,9 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/sandboxer/seccomp"
 )
 
 // InitArg0 is argv[0] of the sandbox's init: the berm binary re-executed inside the call's
@@ -30,6 +33,11 @@ type initConfig struct {
 	UID       uint32   `json:"uid"`
 	GID       uint32   `json:"gid"`
 	NewNet    bool     `json:"new_net"`
+	Root      rootPlan `json:"root"`
+	// Landlock is applied on the thread that starts the tool (nil in audit mode: Landlock
+	// cannot only report). Seccomp is installed on every thread of the init right before.
+	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
+	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
 }
 
 // initStatus is what the init reports over fd 4 when the tool has ended.
@@ -72,6 +80,17 @@ func InitMain() {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		report(initStatus{Error: "no_new_privs: " + err.Error()}, 125)
+	}
+	// From here on the init is as confined as the tool will be: whatever fails closes the call.
+	if cfg.Landlock != nil {
+		if err := landlock.Restrict(*cfg.Landlock); err != nil {
+			report(initStatus{Error: "landlock: " + err.Error()}, 125)
+		}
+	}
+	if len(cfg.Seccomp) > 0 {
+		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
+			report(initStatus{Error: "seccomp: " + err.Error()}, 125)
+		}
 	}
 
 	path, err := lookPath(cfg.Argv[0], cfg.Env)
@@ -119,30 +138,132 @@ func setupMounts(cfg *initConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
-	}
-	// Hold the workspace before /tmp is replaced: it may live under the host's /tmp.
+	// Hold the workspace before anything is mounted over the paths that lead to it.
 	ws, err := unix.Open(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
 	}
 	defer unix.Close(ws)
+
+	// The new root: a tmpfs holding only what the policy grants.
+	const newRoot = "/tmp"
+	if err := unix.Mount("berm-root", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
+		return fmt.Errorf("mount new root: %w", err)
+	}
+	in := func(p string) string { return filepath.Join(newRoot, p) }
+	for _, b := range cfg.Root.Binds {
+		if b.Link != "" {
+			if err := os.MkdirAll(filepath.Dir(in(b.Path)), 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(b.Link, in(b.Path)); err != nil {
+				return fmt.Errorf("link %s: %w", b.Path, err)
+			}
+			continue
+		}
+		if err := bindInto(b.Path, in(b.Path), !b.Writable); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(in("/dev"), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("berm-dev", in("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for _, d := range cfg.Root.Devices {
+		if err := bindInto(d, in(d), false); err != nil {
+			return err
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, in("/dev/"+name)); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(in("/proc"), 0o555); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", in("/proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
+	}
+	if err := os.Mkdir(in("/tmp"), 0o1777); err != nil {
+		return err
+	}
 	opts := fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)
-	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if err := unix.Mount("tmpfs", in("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
-	// Parents made here exist only in the private /tmp; the tool must be able to traverse them.
-	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
+	// The workspace, bound without its sub-mounts, at its own path; parents made here exist
+	// only in this root, and the tool must be able to traverse them.
+	if err := os.MkdirAll(in(cfg.Workspace), 0o755); err != nil {
 		return fmt.Errorf("workspace mount point %s: %w", cfg.Workspace, err)
 	}
-	// The workspace is bound without its sub-mounts: only the workspace's own filesystem is
-	// reachable through it.
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), cfg.Workspace, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), in(cfg.Workspace), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind workspace %s: %w", cfg.Workspace, err)
 	}
-	if err := unix.Mount("", cfg.Workspace, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := unix.Mount("", in(cfg.Workspace), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount workspace nosuid: %w", err)
+	}
+	for _, m := range cfg.Root.Masked {
+		if err := unix.Mount("berm-masked", in(m), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+			return fmt.Errorf("mask sub-mount %s of the workspace: %w", m, err)
+		}
+	}
+
+	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(newRoot, in("/.old-root")); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount("/.old-root", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root: %w", err)
+	}
+	if err := os.Remove("/.old-root"); err != nil {
+		return err
+	}
+	// Nothing new at the top of the root.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount root read-only: %w", err)
+	}
+	return nil
+}
+
+// bindInto binds a host path (directory or file) at dst, read-only and nosuid when asked.
+func bindInto(src, dst string, readOnly bool) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if st.IsDir() {
+		err = os.MkdirAll(dst, 0o755)
+	} else {
+		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				f.Close()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s: mount point: %w", src, err)
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if !strings.HasPrefix(src, "/dev/") {
+		flags |= unix.MS_NODEV
+	}
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", src, err)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 // Recorder traces calls: the agent loaded in this process (the embedded default) or bermd.
 type Recorder interface {
-	Begin(start event.CallStart, traced []uint32) (CallRecorder, error)
+	Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error)
 	// Layers names the observation and enforcement layers the recorder provides.
 	Layers() []string
 }
@@ -22,8 +22,8 @@ type CallRecorder interface {
 // Local records with an in-process agent.
 type Local struct{ Agent *agent.Agent }
 
-func (l Local) Begin(start event.CallStart, traced []uint32) (CallRecorder, error) {
-	c, err := l.Agent.Begin(start, traced)
+func (l Local) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error) {
+	c, err := l.Agent.Begin(start, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -43,8 +43,8 @@ func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a
 // Remote records through bermd.
 type Remote struct{ Client *daemon.Client }
 
-func (r Remote) Begin(start event.CallStart, traced []uint32) (CallRecorder, error) {
-	c, err := r.Client.Begin(start, traced)
+func (r Remote) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error) {
+	c, err := r.Client.Begin(start, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/cgroup"
+	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Spec describes one call.
@@ -34,13 +35,13 @@ type Spec struct {
 	Workspace            string // bind-mounted read-write, the working directory
 	Env                  []string
 	UID, GID             uint32
-	Network              bool // false: a new network namespace with only loopback
 	Limits               event.Limits
-	Policy               string
-	PolicyHash           string
-	Traced               []uint32 // syscalls with individual events
-	Stdin                *os.File
-	Stdout, Stderr       io.Writer
+	// Policy is the call's ToolPolicy (policy.Strict() by default). It is compiled for this
+	// call's workspace before anything starts; a policy that does not compile does not run.
+	Policy         *policy.Policy
+	Traced         []uint32 // syscalls with individual events, on top of the policy's
+	Stdin          *os.File
+	Stdout, Stderr io.Writer
 	// Self is the berm binary, re-executed as the sandbox's init.
 	Self string
 }
@@ -74,6 +75,9 @@ func (s *Spec) validate() error {
 	if len(s.Argv) == 0 {
 		return errors.New("no command to run")
 	}
+	if s.Policy == nil {
+		return errors.New("no policy: every call runs under one (the built-in strict policy by default)")
+	}
 	l := s.Limits
 	if l.MemoryBytes <= 0 || l.Pids <= 0 || l.CPUs <= 0 || l.WallTime <= 0 || l.OutputBytes <= 0 || l.TmpBytes <= 0 {
 		return fmt.Errorf("every resource cap must be positive: %+v", l)
@@ -100,6 +104,10 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
+	env, err := compile(&spec)
+	if err != nil {
+		return nil, err
+	}
 	layout, err := cgroup.Detect()
 	if err != nil {
 		return nil, err
@@ -113,17 +121,26 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	defer cg.Remove()
 
 	host, _ := os.Hostname()
-	layers := append([]string{"cgroup", "namespaces", "no_new_privs"}, rec.Layers()...)
+	layers := append([]string{"cgroup", "namespaces", "mount", "no_new_privs"}, rec.Layers()...)
+	if env.init.Landlock != nil {
+		layers = append(layers, fmt.Sprintf("landlock-abi%d", env.compiled.LandlockABI))
+	}
+	if len(env.init.Seccomp) > 0 {
+		layers = append(layers, "seccomp")
+	}
+	if env.compiled.Mode == policy.Audit {
+		layers = append(layers, "audit-mode")
+	}
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
-		Policy: spec.Policy, PolicyHash: spec.PolicyHash, Start: time.Now(), CgroupID: cg.ID,
+		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Start: time.Now(), CgroupID: cg.ID,
 		Node: host, Layers: layers,
 	}
-	call, err := rec.Begin(start, spec.Traced)
+	call, err := rec.Begin(start, agent.CallOptions{Traced: env.traced, Policy: env.callPolicy})
 	if err != nil {
 		return nil, err
 	}
-	l := &launch{spec: spec, cg: cg, call: call}
+	l := &launch{spec: spec, cg: cg, call: call, env: env}
 	res := l.run()
 	record, err := call.End(res)
 	if record == nil {
@@ -136,6 +153,7 @@ type launch struct {
 	spec Spec
 	cg   *cgroup.Cgroup
 	call CallRecorder
+	env  *callEnv
 
 	mu     sync.Mutex
 	reason event.EndReason // first cap or interruption that ended the call
@@ -197,7 +215,7 @@ func (l *launch) run() agent.Result {
 		stdin, _ = os.Open(os.DevNull)
 	}
 	flags := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-	if !spec.Network {
+	if l.env.init.NewNet {
 		flags |= unix.CLONE_NEWNET
 	}
 	cmd := &exec.Cmd{
@@ -234,11 +252,7 @@ func (l *launch) run() agent.Result {
 		copiers.Wait()
 		return fail(err)
 	}
-	cfg := initConfig{
-		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
-		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: !spec.Network,
-	}
-	if err := json.NewEncoder(cfgW).Encode(cfg); err != nil {
+	if err := json.NewEncoder(cfgW).Encode(l.env.init); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		copiers.Wait()

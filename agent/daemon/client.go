@@ -48,13 +48,13 @@ type clientCall struct {
 }
 
 // Begin opens a connection for the call and registers it.
-func (c *Client) Begin(start event.CallStart, traced []uint32) (*clientCall, error) {
+func (c *Client) Begin(start event.CallStart, opts agent.CallOptions) (*clientCall, error) {
 	conn, err := net.DialTimeout("unix", c.Socket, 2*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("connect to bermd at %s: %w", c.Socket, err)
 	}
 	cc := &clientCall{conn: conn, enc: json.NewEncoder(conn), dec: json.NewDecoder(bufio.NewReader(conn))}
-	req := request{Op: "begin", Start: &start, Traced: traced}
+	req := request{Op: "begin", Start: &start, Opts: opts}
 	if c.CgroupDir != nil {
 		req.Cgroup = filepath.Clean(c.CgroupDir(start))
 	}

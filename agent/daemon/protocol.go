@@ -14,12 +14,12 @@ import (
 const DefaultSocket = "/run/berm/bermd.sock"
 
 type request struct {
-	Op     string           `json:"op"` // begin, emit, end
-	Start  *event.CallStart `json:"start,omitempty"`
-	Traced []uint32         `json:"traced,omitempty"`
-	Cgroup string           `json:"cgroup,omitempty"` // v2 directory, killed if the client is lost
-	Event  *event.Event     `json:"event,omitempty"`
-	Result *agent.Result    `json:"result,omitempty"`
+	Op     string            `json:"op"` // begin, emit, end
+	Start  *event.CallStart  `json:"start,omitempty"`
+	Opts   agent.CallOptions `json:"opts"`
+	Cgroup string            `json:"cgroup,omitempty"` // v2 directory, killed if the client is lost
+	Event  *event.Event      `json:"event,omitempty"`
+	Result *agent.Result     `json:"result,omitempty"`
 }
 
 type response struct {

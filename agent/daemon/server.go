@@ -109,7 +109,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 				_ = enc.Encode(response{Error: "begin: one call per connection, with a start"})
 				return
 			}
-			c, err := s.Agent.Begin(*req.Start, req.Traced)
+			c, err := s.Agent.Begin(*req.Start, req.Opts)
 			if err != nil {
 				_ = enc.Encode(response{Error: err.Error()})
 				return

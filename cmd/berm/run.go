@@ -89,7 +89,6 @@ func cmdRun(args []string) int {
 	fs.Var(&envs, "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
 	fs.Var(&traced, "trace-syscall", "also report this syscall one by one (repeatable)")
 	user := fs.String("user", "", "UID[:GID] to run the tool as (default: the workspace's owner, or 65534 if root owns it)")
-	hostNet := fs.Bool("host-network", false, "share the host's network namespace (default: no network, loopback only)")
 	daemonMode := fs.String("daemon", "auto", "auto: use bermd when it runs and --state-dir is not given; never; required")
 	socket := fs.String("socket", daemon.DefaultSocket, "bermd socket")
 	var rulePaths listFlag
@@ -110,16 +109,17 @@ func cmdRun(args []string) int {
 	if *callID == "" {
 		*callID = newCallID()
 	}
-	explicitState := false
-	fs.Visit(func(f *flag.Flag) { explicitState = explicitState || f.Name == "state-dir" })
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	explicitState := explicit["state-dir"]
 
-	pol, err := loadRunPolicy(*policyFile, &lim)
+	pol, err := loadRunPolicy(*policyFile, &lim, explicit)
 	if err != nil {
 		return fail("%v", err)
 	}
 	spec := sandboxer.Spec{
-		CallID: *callID, Tool: *tool, Tenant: *tenant, Argv: argv, Limits: lim, Network: *hostNet,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Policy: pol.name, PolicyHash: pol.hash,
+		CallID: *callID, Tool: *tool, Tenant: *tenant, Argv: argv, Limits: lim, Policy: pol,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	for _, f := range []struct{ field, v string }{{"--call-id", spec.CallID}, {"--tool", spec.Tool}, {"--tenant", spec.Tenant}} {
 		if err := sandboxer.ValidName(f.field, f.v); err != nil {
@@ -129,8 +129,7 @@ func cmdRun(args []string) int {
 	if spec.Self, err = os.Executable(); err != nil {
 		return fail("find own binary: %v", err)
 	}
-	names := append(append([]string{}, event.DefaultTraced...), traced...)
-	for _, n := range names {
+	for _, n := range traced {
 		nr, err := event.SyscallNumber(n)
 		if err != nil {
 			return fail("--trace-syscall: %v", err)

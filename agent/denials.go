@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+// CallPolicy is what the agent needs of a call's policy to name denials the kernel does not
+// report itself (Landlock's, seccomp's, the mount layer's): it recovers them from the syscall
+// exit path, and in audit mode judges every traced action against the policy.
+type CallPolicy struct {
+	Compiled  *policy.Compiled
+	Workspace string
+	Deny      []string // the policy's deny entries, placeholders substituted, for attribution
+	Masked    []string // host mount points inside the workspace, masked in the call
+	Roots     []string // top-level trees the call's root shows (binds), for "not in the root"
+}
+
+func (p *CallPolicy) audit() bool { return p.Compiled.Mode == policy.Audit }
+
+// resolve makes an event's path absolute as the call sees it. Relative paths are taken against
+// the workspace, the call's working directory (a tool that chdirs elsewhere is attributed
+// approximately; the kernel decision itself is exact).
+func (p *CallPolicy) resolve(path string, dirfd int32) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	if !filepath.IsAbs(path) {
+		if dirfd != unix.AT_FDCWD {
+			return "", false
+		}
+		path = filepath.Join(p.Workspace, path)
+	}
+	path = filepath.Clean(path)
+	// System paths are the same files inside and outside: resolve their symlinks (/bin ->
+	// usr/bin) the way the compiled ruleset did.
+	if canon, err := filepath.EvalSymlinks(path); err == nil {
+		return canon, true
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path)), true
+	}
+	return path, true
+}
+
+func (p *CallPolicy) masked(path string) bool {
+	for _, m := range p.Masked {
+		if path == m || strings.HasPrefix(path, m+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *CallPolicy) inRoot(path string) bool {
+	if strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/dev/") || strings.HasPrefix(path, "/tmp/") || path == "/tmp" ||
+		path == p.Workspace || strings.HasPrefix(path, p.Workspace+"/") {
+		return true
+	}
+	for _, r := range p.Roots {
+		if path == r || strings.HasPrefix(path, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// fsRule names what refuses access to path: the deny entry covering it, or the default deny.
+func (p *CallPolicy) fsRule(path string, need uint64) string {
+	inWorkspace := path == p.Workspace || strings.HasPrefix(path, p.Workspace+"/")
+	for i, d := range p.Deny {
+		// A grant strictly inside a denied tree (a workspace under /run) stays granted: the
+		// deny entry is not what refused it.
+		if inWorkspace && strings.HasPrefix(p.Workspace, d+"/") {
+			continue
+		}
+		if path == d || strings.HasPrefix(path, d+"/") {
+			return fmt.Sprintf("spec.filesystem.deny[%d] %s", i, d)
+		}
+	}
+	return "default deny: no " + rightName(need) + " grant covers it"
+}
+
+func rightName(need uint64) string {
+	switch {
+	case need&landlock.Execute != 0:
+		return "exec"
+	case need&(landlock.WriteFile|landlock.MakeReg|landlock.MakeDir|landlock.RemoveFile|landlock.RemoveDir|landlock.Truncate) != 0:
+		return "write"
+	}
+	return "read"
+}
+
+// openNeed is the Landlock right an open asks for.
+func openNeed(flags uint32) uint64 {
+	var need uint64
+	switch flags & unix.O_ACCMODE {
+	case unix.O_RDONLY:
+		need = landlock.ReadFile
+		if flags&unix.O_DIRECTORY != 0 {
+			need = landlock.ReadDir
+		}
+	case unix.O_WRONLY:
+		need = landlock.WriteFile
+	default:
+		need = landlock.ReadFile | landlock.WriteFile
+	}
+	if flags&unix.O_TRUNC != 0 {
+		need |= landlock.Truncate
+	}
+	return need
+}
+
+// pathSyscallNeed is the right a path syscall asks for on its (first) path.
+var pathSyscallNeed = map[string]uint64{
+	"unlink": landlock.RemoveFile, "unlinkat": landlock.RemoveFile, "rmdir": landlock.RemoveDir,
+	"rename": landlock.RemoveFile, "renameat": landlock.RemoveFile, "renameat2": landlock.RemoveFile,
+	"mkdir": landlock.MakeDir, "mkdirat": landlock.MakeDir, "mknod": landlock.MakeReg, "mknodat": landlock.MakeReg,
+	"link": landlock.MakeReg, "linkat": landlock.MakeReg, "symlink": landlock.MakeSym, "symlinkat": landlock.MakeSym,
+	"truncate": landlock.Truncate, "execve": landlock.Execute, "execveat": landlock.Execute,
+}
+
+func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64(unix.EPERM) }
+
+// judge returns the denial an event shows, if any.
+func (p *CallPolicy) judge(ev *event.Event) *event.Denial {
+	audit := p.audit()
+	fs := func(path string, need uint64, ret int64) *event.Denial {
+		switch {
+		case p.masked(path) && (ret < 0 || audit):
+			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
+		case ret == -int64(unix.EROFS) && !audit:
+			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "read-only in the call's root", Object: path}
+		case ret == -int64(unix.ENOENT) && !p.inRoot(path):
+			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "not in the call's root", Object: path, Audit: audit}
+		}
+		if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
+			return nil
+		}
+		if audit {
+			return &event.Denial{Layer: "landlock", Surface: "policy", Rule: p.fsRule(path, need), Object: path, Audit: true}
+		}
+		if denied(ret) {
+			return &event.Denial{Layer: "landlock", Surface: "policy", Rule: p.fsRule(path, need), Object: path}
+		}
+		return nil
+	}
+	switch {
+	case ev.Open != nil:
+		if !audit && ev.Open.Result >= 0 {
+			return nil
+		}
+		path, ok := p.resolve(ev.Open.Path, ev.Open.Dirfd)
+		if !ok {
+			return nil
+		}
+		return fs(path, openNeed(ev.Open.Flags), ev.Open.Result)
+	case ev.Exec != nil && audit:
+		path, ok := p.resolve(ev.Exec.Filename, unix.AT_FDCWD)
+		if !ok {
+			return nil
+		}
+		return fs(path, landlock.Execute, 0)
+	case ev.Syscall != nil:
+		sc := ev.Syscall
+		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args[0]); ok && r.Action != "allow" {
+			rule := r.Name
+			if cr, ok := p.Compiled.RuleByID(r.RuleID); ok {
+				rule = cr.Field + ": " + cr.Text
+			}
+			if audit || denied(sc.Result) {
+				return &event.Denial{Layer: "seccomp", Surface: "policy", Rule: rule, Object: sc.Name, Audit: audit}
+			}
+			return nil
+		}
+		need, ok := pathSyscallNeed[sc.Name]
+		if !ok || sc.Path == "" || (!audit && sc.Result >= 0) {
+			return nil
+		}
+		dirfd := int32(unix.AT_FDCWD)
+		if strings.HasSuffix(sc.Name, "at") || strings.HasSuffix(sc.Name, "at2") {
+			dirfd = int32(sc.Args[0])
+		}
+		path, ok := p.resolve(sc.Path, dirfd)
+		if !ok {
+			// Relative to a directory descriptor (rm -rf walks with unlinkat(fd, name)): the
+			// refusal is the kernel's; the rule cannot be named without the directory.
+			if !audit && denied(sc.Result) {
+				return &event.Denial{Layer: "landlock", Surface: "policy", Rule: "default deny (path relative to an open directory)", Object: sc.Path}
+			}
+			return nil
+		}
+		if sc.Name == "unlinkat" && sc.Args[2]&unix.AT_REMOVEDIR != 0 {
+			need = landlock.RemoveDir
+		}
+		return fs(path, need, sc.Result)
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package sandboxer
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+// callEnv is a policy compiled for one call: what the init enforces and what the agent needs
+// to name denials.
+type callEnv struct {
+	compiled   *policy.Compiled
+	init       initConfig
+	callPolicy *agent.CallPolicy
+	traced     []uint32
+}
+
+// compile turns the spec's policy into this call's enforcement. Fails closed: a layer the
+// policy needs and the kernel lacks stops the call before it starts.
+func compile(spec *Spec) (*callEnv, error) {
+	abi, err := landlock.Probe()
+	if err != nil || abi < 1 {
+		return nil, fmt.Errorf("landlock is not available (%v): the filesystem policy cannot be enforced; refusing to run", err)
+	}
+	c, err := spec.Policy.Compile(policy.CompileEnv{
+		Workspace: spec.Workspace, Tmp: "/tmp", LandlockABI: abi, MountInfo: sandboxMountInfo(spec.Workspace),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", spec.Policy.Metadata.Name, err)
+	}
+	if c.Isolation != policy.NetworkNone {
+		return nil, errors.New("policy: isolation.network host-filtered needs the cgroup-sock layer, which this build does not attach yet; refusing to run")
+	}
+	plan := planRoot(spec.Policy, c, spec.Workspace)
+	env := &callEnv{compiled: c}
+	env.init = initConfig{
+		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
+		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: true, Root: plan,
+		Seccomp: c.Seccomp,
+	}
+	if c.Mode == policy.Enforce {
+		rs := c.Landlock
+		env.init.Landlock = &rs
+	}
+	cp := &agent.CallPolicy{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked}
+	for _, d := range spec.Policy.Spec.Filesystem.Deny {
+		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
+		cp.Deny = append(cp.Deny, filepath.Clean(d))
+	}
+	for _, b := range plan.Binds {
+		cp.Roots = append(cp.Roots, b.Path)
+		if canon, err := filepath.EvalSymlinks(b.Path); err == nil && canon != b.Path {
+			cp.Roots = append(cp.Roots, canon)
+		}
+	}
+	env.callPolicy = cp
+
+	// Traced one by one: the defaults, what the caller asked for, every syscall the policy
+	// refuses (so each refusal is in the timeline) and failed execs.
+	seen := map[uint32]bool{}
+	add := func(nr uint32) {
+		if !seen[nr] {
+			seen[nr] = true
+			env.traced = append(env.traced, nr)
+		}
+	}
+	for _, n := range event.DefaultTraced {
+		if nr, err := event.SyscallNumber(n); err == nil {
+			add(nr)
+		}
+	}
+	for _, nr := range spec.Traced {
+		add(nr)
+	}
+	for _, r := range c.Syscalls {
+		if r.Action != "allow" && r.Nr < 512 {
+			add(r.Nr)
+		}
+	}
+	for _, n := range []string{"execve", "execveat"} {
+		nr, _ := event.SyscallNumber(n)
+		add(nr)
+	}
+	return env, nil
+}

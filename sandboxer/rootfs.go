@@ -1,0 +1,161 @@
+package sandboxer
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+// bind is one path of the host the call's root shows.
+type bind struct {
+	Path     string `json:"path"`
+	Writable bool   `json:"writable,omitempty"`
+	Link     string `json:"link,omitempty"` // the host path is a symlink to this: recreate it
+}
+
+// rootPlan is the call's file system: what the policy grants, nothing else. The init builds it
+// on a fresh tmpfs and pivots into it; Landlock then narrows it further per path.
+type rootPlan struct {
+	Binds   []bind   `json:"binds"`
+	Devices []string `json:"devices"` // /dev entries bound from the host
+	// Masked are mount points of the host inside the workspace. The workspace is bound without
+	// its sub-mounts, so the call would see the plain directories underneath; removing one of
+	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
+	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
+	Masked []string `json:"masked"`
+}
+
+// grantedDevices are the /dev entries a policy may name.
+var grantedDevices = map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev/full": true, "/dev/random": true, "/dev/urandom": true, "/dev/tty": true}
+
+// planRoot derives the call's root from the policy's grants (before canonicalisation, so that
+// /bin → usr/bin stays a symlink) and the compiled Landlock ruleset's write rights.
+func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) rootPlan {
+	var plan rootPlan
+	seen := map[string]bool{}
+	fs := p.Spec.Filesystem
+	var all []string
+	all = append(all, fs.Read...)
+	all = append(all, fs.Write...)
+	all = append(all, fs.Exec...)
+	for _, g := range all {
+		if strings.HasPrefix(g, "${") {
+			continue // the workspace and /tmp are the init's own mounts
+		}
+		g = filepath.Clean(g)
+		switch {
+		case g == "/proc" || strings.HasPrefix(g, "/proc/"):
+			continue // a fresh procfs of the call's pid namespace
+		case strings.HasPrefix(g, "/dev/"):
+			if grantedDevices[g] && !seen[g] {
+				plan.Devices = append(plan.Devices, g)
+				seen[g] = true
+			}
+			continue
+		case g == "/" || g == "/dev" || g == "/tmp" || seen[g]:
+			continue
+		}
+		seen[g] = true
+		b := bind{Path: g}
+		if fi, err := os.Lstat(g); err != nil {
+			continue // the compiler reported it as skipped
+		} else if fi.Mode()&os.ModeSymlink != 0 {
+			b.Link, _ = os.Readlink(g)
+		}
+		if b.Link == "" {
+			canon, err := filepath.EvalSymlinks(g)
+			if err == nil && c.FSAccess(canon)&writeRights != 0 {
+				b.Writable = true
+			}
+		}
+		plan.Binds = append(plan.Binds, b)
+	}
+	// A symlink's target must be in the root too for the link to work; it is, when granted.
+	sort.Slice(plan.Binds, func(i, j int) bool { return plan.Binds[i].Path < plan.Binds[j].Path })
+	plan.Masked = mountsUnder(workspace)
+	return plan
+}
+
+const writeRights = landlock.WriteFile | landlock.MakeReg | landlock.MakeDir | landlock.RemoveFile | landlock.RemoveDir
+
+// mountsUnder lists the host's mount points strictly inside dir.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		m := unescapeOctal(fields[4])
+		if m != dir && strings.HasPrefix(m, dir+"/") {
+			out = append(out, m)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sandboxMountInfo is the mount table the call will see: the host's minus the workspace's
+// sub-mounts (masked, and empty) and minus whatever the host mounted under /tmp (the call
+// gets a fresh one). The policy is compiled against it.
+func sandboxMountInfo(workspace string) string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) >= 5 {
+			m := unescapeOctal(fields[4])
+			if m != workspace && strings.HasPrefix(m, workspace+"/") || strings.HasPrefix(m, "/tmp/") {
+				continue
+			}
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
+}
+
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, ok := octal(s[i+1 : i+4]); ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func octal(s string) (byte, bool) {
+	if len(s) != 3 {
+		return 0, false
+	}
+	var v int
+	for _, c := range s {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		v = v*8 + int(c-'0')
+	}
+	return byte(v), true
+}
