@@ -47,6 +47,8 @@ func compile(spec *Spec) (*callEnv, error) {
 	if c.Mode == policy.Enforce {
 		rs := c.Landlock
 		env.init.Landlock = &rs
+	} else {
+		env.init.HostRoot = true
 	}
 	cp := &agent.CallPolicy{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {

@@ -34,6 +34,9 @@ type initConfig struct {
 	GID       uint32   `json:"gid"`
 	NewNet    bool     `json:"new_net"`
 	Root      rootPlan `json:"root"`
+	// HostRoot keeps the host's file system view (audit mode: the mount layer cannot only
+	// report, so it steps aside; /tmp is still private and the workspace still bound).
+	HostRoot bool `json:"host_root,omitempty"`
 	// Landlock is applied on the thread that starts the tool (nil in audit mode: Landlock
 	// cannot only report). Seccomp is installed on every thread of the init right before.
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
@@ -145,6 +148,9 @@ func setupMounts(cfg *initConfig) error {
 	}
 	defer unix.Close(ws)
 
+	if cfg.HostRoot {
+		return hostRootMounts(cfg, ws)
+	}
 	// The new root: a tmpfs holding only what the policy grants.
 	const newRoot = "/tmp"
 	if err := unix.Mount("berm-root", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
@@ -229,6 +235,30 @@ func setupMounts(cfg *initConfig) error {
 	// Nothing new at the top of the root.
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount root read-only: %w", err)
+	}
+	return nil
+}
+
+// hostRootMounts is audit mode's view: the host's root, a private /tmp and /proc, the
+// workspace bound at its path.
+func hostRootMounts(cfg *initConfig, ws int) error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount private /tmp: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
+		return fmt.Errorf("workspace mount point %s: %w", cfg.Workspace, err)
+	}
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), cfg.Workspace, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind workspace %s: %w", cfg.Workspace, err)
+	}
+	for _, m := range cfg.Root.Masked {
+		if err := unix.Mount("berm-masked", m, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+			return fmt.Errorf("mask sub-mount %s of the workspace: %w", m, err)
+		}
 	}
 	return nil
 }

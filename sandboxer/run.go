@@ -121,7 +121,11 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	defer cg.Remove()
 
 	host, _ := os.Hostname()
-	layers := append([]string{"cgroup", "namespaces", "mount", "no_new_privs"}, rec.Layers()...)
+	layers := []string{"cgroup", "namespaces", "no_new_privs"}
+	if !env.init.HostRoot {
+		layers = append(layers, "mount")
+	}
+	layers = append(layers, rec.Layers()...)
 	if env.init.Landlock != nil {
 		layers = append(layers, fmt.Sprintf("landlock-abi%d", env.compiled.LandlockABI))
 	}

@@ -1,0 +1,203 @@
+package sandboxer_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/testenv/bermbin"
+)
+
+func denials(evs []event.Event) []event.Event {
+	var out []event.Event
+	for _, e := range evs {
+		if e.Kind == event.KindDenial {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func findDenial(evs []event.Event, layer, objectSuffix string, audit bool) *event.Event {
+	for i, e := range evs {
+		if e.Denial != nil && e.Denial.Layer == layer && strings.HasSuffix(e.Denial.Object, objectSuffix) && e.Denial.Audit == audit {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// The seed incident: a "clean up temp files" tool deletes workspace/temp, where temp is a
+// separate file system (the customer's storage bucket) bound into the workspace. Under berm
+// every file of that file system survives, its mount on the host stays, and the timeline says
+// what was tried and refused.
+func TestSeedIncidentContained(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	os.MkdirAll(bucket, 0o755)
+	if err := unix.Mount("bucket", bucket, "tmpfs", 0, "size=8m"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(bucket, unix.MNT_DETACH)
+	var files []string
+	for i := 0; i < 20; i++ {
+		f := filepath.Join(bucket, fmt.Sprintf("customer-%02d.csv", i))
+		os.WriteFile(f, []byte("row\n"), 0o666)
+		files = append(files, f)
+	}
+	os.Chmod(bucket, 0o777)
+	temp := filepath.Join(ws, "temp")
+	os.Mkdir(temp, 0o777)
+	if err := unix.Mount(bucket, temp, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(temp, unix.MNT_DETACH)
+
+	tool := filepath.Join(bermbin.RepoRoot(), "testenv", "tools", "cleanup_temp.py")
+	script, _ := os.ReadFile(tool)
+	os.WriteFile(filepath.Join(ws, "cleanup.py"), script, 0o644)
+	r := run(t, state, "--call-id", "seed", "--tool", "cleanup-temp", "--workspace", ws, "--", "python3", "cleanup.py")
+	t.Logf("tool exit %d: %s %s", r.Exit, r.Stdout, r.Stderr)
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("customer file lost: %v", err)
+		}
+	}
+	if err := exec.Command("mountpoint", "-q", temp).Run(); err != nil {
+		t.Fatalf("the bucket's mount at %s was detached from the host", temp)
+	}
+	tl := bermbin.Timeline(t, state, "seed")
+	if d := findDenial(tl.Events, "mount", "/temp", false); d == nil {
+		t.Fatalf("no denial for the delete of temp in the timeline: %+v", denials(tl.Events))
+	}
+	var tried bool
+	for _, e := range tl.Events {
+		tried = tried || (e.Syscall != nil && (e.Syscall.Name == "rmdir" || e.Syscall.Name == "unlinkat") && strings.HasSuffix(e.Syscall.Path, "temp"))
+	}
+	if !tried {
+		t.Error("the delete attempt itself is not in the timeline")
+	}
+	if tl.Call.Record.Denials["policy"] == 0 {
+		t.Errorf("record counts no policy denials: %+v", tl.Call.Record.Denials)
+	}
+}
+
+// Each file system, exec and escape layer refuses and reports, in enforce mode; in audit mode
+// the same actions go through and are recorded as would-be denials.
+func TestFilesystemExecAndEscapeDenials(t *testing.T) {
+	bermbin.RequireRoot(t)
+	script := `cat /etc/ssh/ssh_config > /dev/null; echo "read=$?"
+echo x > /etc/berm-test-file; echo "write=$?"
+cat /home/nothing 2>/dev/null; echo "hidden=$?"
+cp /usr/bin/true ./mytrue && ./mytrue; echo "exec=$?"
+echo $$ > /sys/fs/cgroup/unified/cgroup.procs; echo "cgroup=$?"
+`
+	for _, mode := range []string{"enforce", "audit"} {
+		t.Run(mode, func(t *testing.T) {
+			state, ws := t.TempDir(), bermbin.Workspace(t)
+			args := []string{"--call-id", "layers-" + mode, "--workspace", ws}
+			if mode == "audit" {
+				pol := filepath.Join(t.TempDir(), "audit.yaml")
+				os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: strict-audit}\nspec: {mode: audit}\n"), 0o644)
+				args = append(args, "--policy", pol)
+			}
+			r := run(t, state, append(args, "--", "sh", "-c", script)...)
+			defer os.Remove("/etc/berm-test-file")
+			tl := bermbin.Timeline(t, state, "layers-"+mode)
+			audit := mode == "audit"
+			if audit {
+				if !strings.Contains(r.Stdout, "read=0") || !strings.Contains(r.Stdout, "exec=0") {
+					t.Errorf("audit mode blocked something: %s", r.Stdout)
+				}
+			} else {
+				for _, want := range []string{"read=1", "write=2", "hidden=1", "exec=126", "cgroup=2"} {
+					if !strings.Contains(r.Stdout, want) {
+						t.Errorf("enforce: want %s in\n%s\n%s", want, r.Stdout, r.Stderr)
+					}
+				}
+			}
+			checks := []struct{ layer, object string }{
+				{"landlock", "/etc/ssh/ssh_config"},
+				{"landlock", "/mytrue"},
+			}
+			if !audit {
+				checks = append(checks, struct{ layer, object string }{"mount", "/etc/berm-test-file"},
+					struct{ layer, object string }{"mount", "/home/nothing"},
+					struct{ layer, object string }{"mount", "/sys/fs/cgroup/unified/cgroup.procs"})
+			} else {
+				checks = append(checks, struct{ layer, object string }{"landlock", "/sys/fs/cgroup/unified/cgroup.procs"})
+			}
+			for _, c := range checks {
+				d := findDenial(tl.Events, c.layer, c.object, audit)
+				if d == nil {
+					t.Errorf("no %s denial (audit=%v) for %s; denials: %+v", c.layer, audit, c.object, denials(tl.Events))
+					continue
+				}
+				if d.CallID != "layers-"+mode || d.Denial.Rule == "" {
+					t.Errorf("denial lacks call id or rule: %+v", d)
+				}
+			}
+		})
+	}
+}
+
+// Every syscall the strict policy denies returns EPERM and is a seccomp denial in the
+// timeline, with the rule that fired.
+func TestEachDeniedSyscall(t *testing.T) {
+	bermbin.RequireRoot(t)
+	var names []string
+	var nrs []string
+	seen := map[string]bool{}
+	p := policy.Strict()
+	for _, n := range p.Spec.Syscalls.Deny {
+		nr, err := event.SyscallNumber(n)
+		if err != nil || seen[n] {
+			continue
+		}
+		seen[n] = true
+		names = append(names, n)
+		nrs = append(nrs, fmt.Sprint(nr))
+	}
+	names = append(names, "unshare", "setns")
+	nrs = append(nrs, "272:0x20000", "308")
+	py := `import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for spec in sys.argv[1:]:
+    nr, _, arg = spec.partition(":")
+    a0 = int(arg, 16) if arg else 0
+    r = libc.syscall(int(nr), ctypes.c_long(a0), 0, 0, 0, 0, 0)
+    print(nr, r, ctypes.get_errno())
+`
+	state := t.TempDir()
+	r := run(t, state, append([]string{"--call-id", "syscalls", "--", "python3", "-c", py}, nrs...)...)
+	if r.Exit != 0 {
+		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != len(names) {
+		t.Fatalf("%d results for %d syscalls:\n%s", len(lines), len(names), r.Stdout)
+	}
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[1] != "-1" || f[2] != fmt.Sprint(int(unix.EPERM)) {
+			t.Errorf("%s: got %q, want -1 EPERM", names[i], l)
+		}
+	}
+	tl := bermbin.Timeline(t, state, "syscalls")
+	for _, n := range names {
+		d := findDenial(tl.Events, "seccomp", n, false)
+		if d == nil {
+			t.Errorf("no seccomp denial for %s", n)
+		} else if !strings.Contains(d.Denial.Rule, "spec.syscalls") {
+			t.Errorf("%s: rule %q does not name the policy field", n, d.Denial.Rule)
+		}
+	}
+}
