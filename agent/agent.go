@@ -321,21 +321,21 @@ func (a *Agent) append(c *Call, ev event.Event) {
 	if ev.Kind == event.KindDenial && ev.Denial != nil {
 		a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
 	}
+	// ev is complete now; nested appends below may flush c.pending, so they read ev itself.
 	c.pending = append(c.pending, ev)
-	var denial *event.Denial
+	// The denial an event shows follows it directly; rules then see both.
 	if c.policy != nil && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
-		denial = c.policy.judge(&c.pending[len(c.pending)-1])
-	}
-	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
-		for _, al := range (*r).Eval(&c.pending[len(c.pending)-1]) {
-			a.append(c, al)
+		if denial := c.policy.judge(&ev); denial != nil {
+			d := ev
+			d.Kind, d.Denial = event.KindDenial, denial
+			d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
+			a.append(c, d)
 		}
 	}
-	if denial != nil {
-		d := ev
-		d.Kind, d.Denial = event.KindDenial, denial
-		d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
-		a.append(c, d)
+	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
+		for _, al := range (*r).Eval(&ev) {
+			a.append(c, al)
+		}
 	}
 	if len(c.pending) >= 1024 {
 		if err := a.flush(c); err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/policy"
 )
@@ -52,9 +51,4 @@ func loadRunPolicy(path string, lim *event.Limits, explicit map[string]bool) (*p
 		lim.WallTime = r.WallTime
 	}
 	return p, nil
-}
-
-// loadRunRules resolves --rules.
-func loadRunRules(paths []string, none bool) (agent.Evaluator, error) {
-	return nil, nil
 }

@@ -178,10 +178,11 @@ func cmdRun(args []string) int {
 			return fail("--daemon: expected auto, never or required, got %q", *daemonMode)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		ev, err := loadRunRules(rulePaths, *noRules)
+		ev, stopRules, err := loadRunRules(rulePaths, *noRules, log)
 		if err != nil {
 			return fail("%v", err)
 		}
+		defer stopRules()
 		a, err := agent.New(agent.Config{StateDir: *stateDir, Logger: log, Rules: ev})
 		if err != nil {
 			return fail("load agent: %v", err)

@@ -2,24 +2,47 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/collector"
+	"github.com/bermsec/berm/rules"
 )
 
-// startRules loads the detection rules (wired in with the rules engine).
+// startRules loads the shipped ruleset plus --rules files and keeps them reloaded.
 func startRules(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, paths []string, none bool) (agent.Evaluator, error) {
-	return nil, nil
+	if none {
+		return nil, nil
+	}
+	set, err := rules.LoadWithShipped(paths...)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	eng := rules.NewEngine(set, reg)
+	if len(paths) > 0 {
+		go rules.WatchWithShipped(ctx, paths, eng, log)
+	}
+	log.Info("rules loaded", "rules", set.Len(), "files", paths)
+	return eng, nil
 }
 
-// startCollector ships the journal to ClickHouse when a DSN is given (wired in with the
-// collector).
+// startCollector ships the journal to ClickHouse when a DSN is given.
 func startCollector(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir, dsn string) error {
-	if dsn != "" {
-		return errors.New("--clickhouse: this build has no collector")
+	if dsn == "" {
+		return nil
 	}
+	c, err := collector.New(collector.Config{StateDir: stateDir, DSN: dsn, Registry: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer c.Close()
+		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("collector stopped", "err", err)
+		}
+	}()
 	return nil
 }
