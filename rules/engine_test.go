@@ -73,32 +73,32 @@ func TestWindowPerCall(t *testing.T) {
 	eng := NewEngine(subset(set, "destructive-deletion-storm"), nil)
 	t0 := time.Unix(1000, 0)
 	fired := map[string]int{}
-	for i := 0; i < 99; i++ {
+	for i := 0; i < 499; i++ {
 		for _, call := range []string{"a", "b"} {
 			fired[call] += len(eng.Eval(unlinkEvent(call, uint64(i+1), t0.Add(time.Duration(i)*time.Millisecond))))
 		}
 	}
 	if fired["a"]+fired["b"] != 0 {
-		t.Fatalf("fired before 100 deletions in one call: %v", fired)
+		t.Fatalf("fired before 500 deletions in one call: %v", fired)
 	}
-	// The 100th deletion of call a fires; call b's state was kept apart.
-	if n := len(eng.Eval(unlinkEvent("a", 100, t0.Add(100*time.Millisecond)))); n != 1 {
-		t.Fatalf("100th deletion: %d alerts", n)
+	// The 500th deletion of call a fires; call b's state was kept apart.
+	if n := len(eng.Eval(unlinkEvent("a", 500, t0.Add(500*time.Millisecond)))); n != 1 {
+		t.Fatalf("500th deletion: %d alerts", n)
 	}
 	// More deletions within the same window do not fire again.
-	for i := 0; i < 150; i++ {
-		if n := len(eng.Eval(unlinkEvent("a", uint64(101+i), t0.Add(time.Duration(101+i)*time.Millisecond)))); n != 0 {
+	for i := 0; i < 600; i++ {
+		if n := len(eng.Eval(unlinkEvent("a", uint64(501+i), t0.Add(time.Duration(501+i)*time.Millisecond)))); n != 0 {
 			t.Fatalf("fired again inside the window at %d", i)
 		}
 	}
 	// Ending call b drops its 99 counted deletions.
 	eng.EndCall("b")
-	if n := len(eng.Eval(unlinkEvent("b", 100, t0.Add(100*time.Millisecond)))); n != 0 {
+	if n := len(eng.Eval(unlinkEvent("b", 500, t0.Add(500*time.Millisecond)))); n != 0 {
 		t.Fatal("call b's window survived EndCall")
 	}
 	// Deletions spread wider than the window never fire.
-	for i := 0; i < 300; i++ {
-		if n := len(eng.Eval(unlinkEvent("c", uint64(i+1), t0.Add(time.Duration(i)*200*time.Millisecond)))); n != 0 {
+	for i := 0; i < 1000; i++ {
+		if n := len(eng.Eval(unlinkEvent("c", uint64(i+1), t0.Add(time.Duration(i)*50*time.Millisecond)))); n != 0 {
 			t.Fatalf("slow deletions fired at %d", i)
 		}
 	}
