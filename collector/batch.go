@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -38,44 +39,101 @@ func (b *batch) rows() int {
 
 // add turns one journal record into rows.
 func (b *batch) add(r journal.Record) (time.Time, error) {
-	switch r.Type {
+	d := decodeRecord(r.Type, r.Payload)
+	if d.err != nil {
+		return time.Time{}, d.err
+	}
+	return b.addDecoded(d), nil
+}
+
+// decoded is a journal record decoded and its events' details encoded: the costly part of
+// turning records into rows, done by several goroutines at once (see decodeAll).
+type decoded struct {
+	typ     journal.RecordType
+	pos     journal.Position
+	next    journal.Position
+	raw     []byte
+	start   *event.CallStart
+	record  *event.CallRecord
+	events  []event.Event
+	details []string
+	err     error
+}
+
+func decodeRecord(t journal.RecordType, payload []byte) *decoded {
+	d := &decoded{typ: t, raw: payload}
+	switch t {
 	case journal.TypeCallStart:
-		s, err := journal.DecodeCallStart(r.Payload)
-		if err != nil {
-			return time.Time{}, err
-		}
-		b.starts.add(s, r.Payload)
-		return s.Start, nil
+		d.start, d.err = journal.DecodeCallStart(payload)
 	case journal.TypeCallEnd:
-		c, err := journal.DecodeCallEnd(r.Payload)
-		if err != nil {
-			return time.Time{}, err
-		}
-		b.calls.add(c, r.Payload)
-		return c.End, nil
+		d.record, d.err = journal.DecodeCallEnd(payload)
 	case journal.TypeEvents:
 		// The journal's decoder (encoding/json) costs five times as much: the collector would
 		// be bound by it. goccy/go-json decodes the same JSON into the same values.
-		var evs []event.Event
-		if err := gojson.Unmarshal(r.Payload, &evs); err != nil {
-			return time.Time{}, fmt.Errorf("decode events: %w", err)
+		if err := gojson.Unmarshal(payload, &d.events); err != nil {
+			d.err = fmt.Errorf("decode events: %w", err)
+			return d
 		}
-		var first time.Time
-		for i := range evs {
-			e := &evs[i]
-			if err := b.events.add(e); err != nil {
-				return time.Time{}, err
+		d.details = make([]string, len(d.events))
+		for i := range d.events {
+			detail, err := gojson.Marshal(partsOf(&d.events[i]))
+			if err != nil {
+				d.err = fmt.Errorf("encode event %s: %w", d.events[i].ID(), err)
+				return d
 			}
-			if e.Kind == event.KindAlert && e.Alert != nil {
-				b.alerts.add(e)
-			}
-			if first.IsZero() || e.Time.Before(first) {
-				first = e.Time
-			}
+			d.details[i] = string(detail)
 		}
-		return first, nil
+	default:
+		d.err = fmt.Errorf("unknown record type %s", t)
 	}
-	return time.Time{}, fmt.Errorf("unknown record type %s", r.Type)
+	return d
+}
+
+// decodeAll decodes records on n goroutines.
+func decodeAll(recs []*decoded, n int) {
+	if len(recs) < 2 || n < 2 {
+		for _, d := range recs {
+			*d = *decodeRecord(d.typ, d.raw)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(recs); i += n {
+				pos, next := recs[i].pos, recs[i].next
+				recs[i] = decodeRecord(recs[i].typ, recs[i].raw)
+				recs[i].pos, recs[i].next = pos, next
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// addDecoded adds a decoded record's rows and returns its oldest time.
+func (b *batch) addDecoded(d *decoded) time.Time {
+	switch d.typ {
+	case journal.TypeCallStart:
+		b.starts.add(d.start, d.raw)
+		return d.start.Start
+	case journal.TypeCallEnd:
+		b.calls.add(d.record, d.raw)
+		return d.record.End
+	}
+	var first time.Time
+	for i := range d.events {
+		e := &d.events[i]
+		b.events.add(e, d.details[i])
+		if e.Kind == event.KindAlert && e.Alert != nil {
+			b.alerts.add(e)
+		}
+		if first.IsZero() || e.Time.Before(first) {
+			first = e.Time
+		}
+	}
+	return first
 }
 
 // filterColumns keeps the rows whose keep flag is set, in every column.

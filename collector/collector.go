@@ -9,11 +9,13 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +79,7 @@ type Collector struct {
 	warned  map[journal.Position]bool
 	overLim bool
 	free    chan *batch // shipped batches, for reuse
+	workers int         // decoding goroutines
 
 	mu     sync.Mutex // guards conn and schema
 	conn   driver.Conn
@@ -109,6 +112,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg: cfg, dir: filepath.Join(cfg.StateDir, "journal"), opts: opts, db: db,
 		log: cfg.Logger.With("destination", redactDSN(cfg.DSN)), m: m, cur: cur,
 		warned: map[journal.Position]bool{}, free: make(chan *batch, 3),
+		workers: runtime.GOMAXPROCS(0),
 	}
 	if cfg.MaxBacklogBytes > 0 {
 		m.backlogLimit.Set(float64(cfg.MaxBacklogBytes))
@@ -212,6 +216,9 @@ func (c *Collector) run(ctx context.Context, once bool) error {
 	return <-prodErr
 }
 
+// decodeRun is how many records are decoded together (in parallel) before being batched.
+const decodeRun = 64
+
 // produce reads the journal from pos and sends batches, full ones at once and partial ones
 // when their oldest row has waited BatchInterval (or at the end, when once).
 func (c *Collector) produce(ctx context.Context, pos journal.Position, once bool, out chan<- *batch) error {
@@ -244,23 +251,40 @@ func (c *Collector) produce(ctx context.Context, pos journal.Position, once bool
 			return fmt.Errorf("journal backlog: %w", err)
 		}
 		if size > 0 {
-			res, err := journal.Scan(c.dir, pos, func(r journal.Record) error {
-				t, err := b.add(r)
-				if err != nil {
-					// A record with a good CRC that does not decode cannot get better by
-					// waiting: skip it loudly rather than stop shipping for good.
-					c.m.problems.Inc()
-					c.log.Warn("journal record skipped", "segment", r.Pos.Segment, "offset", r.Pos.Offset, "reason", err)
-				} else if !b.noted && !t.IsZero() {
-					c.m.noted(b, t)
-					b.noted = true
+			// Records are decoded in runs, on all cores, then added to batches in order.
+			var run []*decoded
+			flush := func() error {
+				decodeAll(run, c.workers)
+				for _, d := range run {
+					if d.err != nil {
+						// A record with a good CRC that does not decode cannot get better by
+						// waiting: skip it loudly rather than stop shipping for good.
+						c.m.problems.Inc()
+						c.log.Warn("journal record skipped", "segment", d.pos.Segment, "offset", d.pos.Offset, "reason", d.err)
+					} else if t := b.addDecoded(d); !b.noted && !t.IsZero() {
+						c.m.noted(b, t)
+						b.noted = true
+					}
+					b.end, pos = d.next, d.next
+					if b.rows() >= c.cfg.BatchRows {
+						if err := send(); err != nil {
+							return err
+						}
+					}
 				}
-				b.end, pos = r.Next, r.Next
-				if b.rows() >= c.cfg.BatchRows {
-					return send()
+				run = run[:0]
+				return nil
+			}
+			res, err := journal.Scan(c.dir, pos, func(r journal.Record) error {
+				run = append(run, &decoded{typ: r.Type, pos: r.Pos, next: r.Next, raw: bytes.Clone(r.Payload)})
+				if len(run) >= decodeRun {
+					return flush()
 				}
 				return nil
 			})
+			if err == nil {
+				err = flush()
+			}
 			c.warnProblems(res.Problems)
 			if err != nil {
 				return err
@@ -305,8 +329,10 @@ func (c *Collector) warnProblems(ps []journal.Problem) {
 func (c *Collector) ship(ctx context.Context, b *batch, once bool) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
 		err := c.shipOnce(ctx, b)
 		if err == nil {
+			c.log.Debug("batch shipped", "rows", b.rows(), "took", time.Since(t0), "journal_to", b.end.String())
 			c.m.acked(b)
 			c.updateBacklog()
 			return nil

@@ -1,12 +1,9 @@
 package collector
 
 import (
-	"fmt"
 	"net/netip"
 	"sort"
 	"time"
-
-	gojson "github.com/goccy/go-json"
 
 	"github.com/bermsec/berm/agent/event"
 )
@@ -61,11 +58,8 @@ type eventRows struct {
 
 func (r *eventRows) len() int { return len(r.seq) }
 
-func (r *eventRows) add(e *event.Event) error {
-	detail, err := gojson.Marshal(partsOf(e))
-	if err != nil {
-		return fmt.Errorf("encode event %s: %w", e.ID(), err)
-	}
+// add adds an event; detail is its parts as JSON (partsOf).
+func (r *eventRows) add(e *event.Event, detail string) {
 	var (
 		path, errno, syscall, rule string
 		addr                       [16]byte
@@ -115,8 +109,7 @@ func (r *eventRows) add(e *event.Event) error {
 	r.errno = append(r.errno, errno)
 	r.syscall = append(r.syscall, syscall)
 	r.rule = append(r.rule, rule)
-	r.detail = append(r.detail, string(detail))
-	return nil
+	r.detail = append(r.detail, detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {

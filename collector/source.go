@@ -77,7 +77,7 @@ func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 	}
 	records := map[string]*event.CallRecord{}
 	for _, raw := range ends {
-		r, err := decodeRecord(raw)
+		r, err := decodeCallRecord(raw)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 	return out, nil
 }
 
-func decodeRecord(raw string) (*event.CallRecord, error) {
+func decodeCallRecord(raw string) (*event.CallRecord, error) {
 	var r event.CallRecord
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return nil, fmt.Errorf("decode call record from clickhouse: %w", err)
@@ -154,7 +154,7 @@ func (s *CHSource) Timeline(callID string) (*audit.Call, []event.Event, error) {
 		return nil, nil, err
 	}
 	if len(ends) > 0 {
-		if call.Record, err = decodeRecord(ends[len(ends)-1]); err != nil {
+		if call.Record, err = decodeCallRecord(ends[len(ends)-1]); err != nil {
 			return nil, nil, err
 		}
 	}

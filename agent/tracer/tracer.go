@@ -108,11 +108,23 @@ func verifierDetail(err error) error {
 // Events is the ring buffer every program writes to.
 func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
 
+// Shared are the maps every berm object uses (lib/maps.h), for other loaders' MapReplacements:
+// the call table, the event ring and the per-slot drop counters.
+func (t *Tracer) Shared() (calls, events, drops *ebpf.Map) {
+	return t.proc.BermCalls, t.proc.BermEvents, t.proc.BermDrops
+}
+
+// CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.
+const CallAudit = 1
+
 // CallConfig is what the kernel knows about a call.
 type CallConfig struct {
 	Slot uint32
 	// Traced are the syscall numbers that get an individual event.
 	Traced []uint32
+	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
+	// blocks nothing (policy mode: audit).
+	Audit bool
 }
 
 // Register makes the programs report the cgroup's processes as the call in slot.
@@ -121,6 +133,9 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 		return fmt.Errorf("register cgroup %d: slot %d out of range", cgroupID, cfg.Slot)
 	}
 	v := bpf.ProcessBermCallCfg{Slot: cfg.Slot}
+	if cfg.Audit {
+		v.Flags |= CallAudit
+	}
 	for _, nr := range cfg.Traced {
 		if nr >= MaxSyscalls {
 			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)

@@ -136,4 +136,54 @@ struct berm_deny {
 	char path[BERM_PATH_LEN];
 };
 
+/*
+ * Network enforcement (bpf/netpolicy.bpf.c): the per-call egress policy the agent compiles
+ * (sandboxer/policy NetPolicy) in the form the cgroup sock hooks read.
+ */
+#ifndef BERM_CALL_AUDIT
+#define BERM_CALL_AUDIT 1          /* berm_call_cfg.flags: record would-be denials, block nothing */
+#endif
+#define BERM_MAX_NET_ENTRIES 64    /* entries one prefix carries: policy.MaxNetEntries */
+#define BERM_MAX_NET_PREFIXES 4096 /* prefixes in one call's trie (allocated on use, not up front) */
+#define BERM_MAX_SOCK_RULES 16     /* socket(family, type) pairs one call may create */
+#define BERM_NR_SOCKET 41          /* berm_deny.nr of a refused socket(): x86-64 __NR_socket */
+
+/* LPM trie key: every address as IPv6, IPv4 as IPv4-mapped (::ffff:a.b.c.d, prefixlen 96+n). */
+struct berm_net_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+/* One egress decision; proto 0 matches any protocol. */
+struct berm_net_entry {
+	__u16 port_lo;   /* host byte order, inclusive */
+	__u16 port_hi;
+	__u8 proto;      /* 0, IPPROTO_TCP or IPPROTO_UDP */
+	__u8 allow;
+	__u16 pad;
+	__u32 rule;      /* rule id reported when this entry decides */
+};
+
+/* LPM trie value: the prefix's entries, its own then its ancestors', first match wins. */
+struct berm_net_prefix {
+	__u32 n;
+	__u32 pad;
+	struct berm_net_entry e[BERM_MAX_NET_ENTRIES];
+};
+
+struct berm_sock_rule {
+	__u16 family;
+	__u16 type;      /* 0: any type */
+};
+
+/*
+ * Sockets a call may create. A refused socket() is reported with nr = BERM_NR_SOCKET,
+ * family, and proto = type << 16 | protocol (no address, port 0).
+ */
+struct berm_net_socks {
+	__u32 n;
+	__u32 pad;
+	struct berm_sock_rule r[BERM_MAX_SOCK_RULES];
+};
+
 #endif /* BERM_H */

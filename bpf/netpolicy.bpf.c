@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Copyright berm authors. */
+/*
+ * Network enforcement of sandboxed calls: cgroup sock hooks, attached to each call's own
+ * cgroup, judge every connect, unconnected UDP send and socket() against the call's compiled
+ * egress policy (sandboxer/policy NetPolicy). Default deny; a registered call without a policy
+ * is denied everything (fail closed). Each denial, or would-be denial in audit mode, is a
+ * berm_deny event in the shared ring.
+ *
+ * License: dual GPL-2.0-only / BSD-2-Clause ("Dual BSD/GPL" for the kernel's helper checks).
+ */
+#include "include/vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "lib/maps.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+
+/* Keep the contract types in this object's BTF so bpf2go can generate their Go mirrors. */
+const struct berm_net_key *unused_net_key __attribute__((unused));
+const struct berm_net_entry *unused_net_entry __attribute__((unused));
+const struct berm_net_prefix *unused_net_prefix __attribute__((unused));
+const struct berm_sock_rule *unused_sock_rule __attribute__((unused));
+const struct berm_net_socks *unused_net_socks __attribute__((unused));
+
+/* The inner map: one call's prefixes. The agent creates one per policy version. */
+struct berm_net_trie {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, BERM_MAX_NET_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for LPM tries */
+	__type(key, struct berm_net_key);
+	__type(value, struct berm_net_prefix);
+};
+
+/*
+ * cgroup v2 id -> the call's trie. Hot reload replaces the inner map in one update: a
+ * program sees the old trie or the new one, never a half-written policy.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u64);
+	__array(values, struct berm_net_trie);
+} berm_net_policy SEC(".maps");
+
+/* cgroup v2 id -> the sockets the call may create; one value, replaced whole on reload. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u64);
+	__type(value, struct berm_net_socks);
+} berm_net_sockets SEC(".maps");
+
+/* cgroup levels searched for the call a nested cgroup belongs to */
+#define NET_MAX_LEVEL 16
+
+/*
+ * The call the current task belongs to. Programs attached to a cgroup also run for every
+ * cgroup below it, so a task that made itself a child cgroup inside its call's is found
+ * through its nearest registered ancestor, and judged as the call: otherwise nesting would be
+ * a way out. A miss on the task's own cgroup is rare (the programs sit on calls' cgroups only).
+ */
+static __always_inline struct berm_call_cfg *net_call(__u64 *cgid)
+{
+	*cgid = bpf_get_current_cgroup_id();
+	struct berm_call_cfg *cfg = berm_call_of(*cgid);
+	if (cfg)
+		return cfg;
+	for (int level = NET_MAX_LEVEL; level >= 0; level--) {
+		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+		if (!id)
+			continue; /* deeper than the task's own cgroup */
+		cfg = berm_call_of(id);
+		if (cfg) {
+			*cgid = id;
+			return cfg;
+		}
+	}
+	return 0;
+}
+
+static __always_inline void emit_deny(struct berm_call_cfg *cfg, __u64 cgid, __u32 rule, __u32 audit,
+				      __u32 nr, __u16 family, __u16 port, __u32 proto, const __u8 *addr)
+{
+	struct berm_deny *e = berm_reserve(cfg, sizeof(*e));
+	if (!e)
+		return;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_DENY, sizeof(*e), bpf_get_current_task_btf());
+	e->layer = BERM_LAYER_CGROUP_SOCK;
+	e->rule = rule;
+	e->audit = audit;
+	e->nr = nr;
+	e->family = family;
+	e->port = port;
+	e->proto = proto;
+	__builtin_memcpy(e->addr, addr, sizeof(e->addr));
+	/* ring memory holds older events: the unused path must not carry them to user space */
+	__builtin_memset(e->path, 0, sizeof(e->path));
+	berm_submit(e, sizeof(*e));
+}
+
+/*
+ * The kernel half of NetPolicy.Decide: the longest prefix containing the address, then its
+ * entries in order; no trie, no prefix or no matching entry is the default deny (rule 0).
+ */
+static __always_inline int decide(__u64 cgid, struct berm_net_key *key, __u16 port, __u8 proto, __u32 *rule)
+{
+	*rule = 0;
+	void *trie = bpf_map_lookup_elem(&berm_net_policy, &cgid);
+	if (!trie)
+		return 0;
+	struct berm_net_prefix *p = bpf_map_lookup_elem(trie, key);
+	if (!p)
+		return 0;
+	for (__u32 i = 0; i < BERM_MAX_NET_ENTRIES; i++) {
+		if (i >= p->n)
+			break;
+		struct berm_net_entry *e = &p->e[i];
+		if ((e->proto == 0 || e->proto == proto) && port >= e->port_lo && port <= e->port_hi) {
+			*rule = e->rule;
+			return e->allow;
+		}
+	}
+	return 0;
+}
+
+/* Judge one destination; returns the hook's verdict (1 proceed, 0 EPERM). */
+static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net_key *key, __u16 family)
+{
+	__u64 cgid;
+	struct berm_call_cfg *cfg = net_call(&cgid);
+	if (!cfg)
+		return 1; /* not a sandboxed call: the programs only ever sit on calls' cgroups */
+
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	__u8 proto = (__u8)ctx->protocol;
+	__u32 rule;
+	if (decide(cgid, key, port, proto, &rule))
+		return 1;
+	__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
+	emit_deny(cfg, cgid, rule, audit, 0, family, port, proto, key->addr);
+	return audit;
+}
+
+static __always_inline int judge4(struct bpf_sock_addr *ctx)
+{
+	struct berm_net_key key = {.prefixlen = 128};
+	key.addr[10] = 0xff;
+	key.addr[11] = 0xff;
+	__u32 ip4 = ctx->user_ip4; /* network byte order: its memory bytes are the address */
+	__builtin_memcpy(&key.addr[12], &ip4, 4);
+	return judge_addr(ctx, &key, AF_INET);
+}
+
+static __always_inline int judge6(struct bpf_sock_addr *ctx)
+{
+	struct berm_net_key key = {.prefixlen = 128};
+	__u32 w[4];
+	w[0] = ctx->user_ip6[0];
+	w[1] = ctx->user_ip6[1];
+	w[2] = ctx->user_ip6[2];
+	w[3] = ctx->user_ip6[3];
+	/* IPv4-mapped destinations land on the same keys as IPv4: one policy for both */
+	__builtin_memcpy(key.addr, w, sizeof(w));
+	return judge_addr(ctx, &key, AF_INET6);
+}
+
+/*
+ * connect() of IPv4 sockets, TCP and UDP alike, and TCP Fast Open's sendto: the one point
+ * before any packet leaves where the destination is known and the call can still get EPERM.
+ */
+SEC("cgroup/connect4")
+int berm_connect4(struct bpf_sock_addr *ctx)
+{
+	return judge4(ctx);
+}
+
+/* connect() of IPv6 sockets, including IPv4-mapped destinations on dual-stack sockets. */
+SEC("cgroup/connect6")
+int berm_connect6(struct bpf_sock_addr *ctx)
+{
+	return judge6(ctx);
+}
+
+/*
+ * Unconnected UDP sends (sendto/sendmsg with an address) never pass connect: each datagram's
+ * destination is judged here. An IPv6 socket's send to an IPv4-mapped address arrives here too.
+ */
+SEC("cgroup/sendmsg4")
+int berm_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return judge4(ctx);
+}
+
+/* Unconnected UDP sends of IPv6 sockets. */
+SEC("cgroup/sendmsg6")
+int berm_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return judge6(ctx);
+}
+
+/*
+ * socket() of the IP families: the address hooks above judge only TCP and UDP, so anything
+ * else (raw, ICMP ping, SCTP, UDP-Lite, MPTCP) would reach destinations nobody judges and is
+ * refused at creation, whatever the rules. The kernel runs this hook for AF_INET and AF_INET6
+ * only; other families (packet, netlink) are the seccomp layer's and the dropped
+ * capabilities' to refuse.
+ */
+SEC("cgroup/sock_create")
+int berm_sock_create(struct bpf_sock *sk)
+{
+	__u64 cgid;
+	struct berm_call_cfg *cfg = net_call(&cgid);
+	if (!cfg)
+		return 1;
+
+	__u32 family = sk->family, type = sk->type, protocol = sk->protocol;
+	int ok = 0;
+	struct berm_net_socks *s = bpf_map_lookup_elem(&berm_net_sockets, &cgid);
+	if (s) {
+		for (__u32 i = 0; i < BERM_MAX_SOCK_RULES; i++) {
+			if (i >= s->n)
+				break;
+			if (s->r[i].family == family && (s->r[i].type == 0 || s->r[i].type == type)) {
+				ok = 1;
+				break;
+			}
+		}
+	}
+	if (ok && (family == AF_INET || family == AF_INET6))
+		ok = (type == SOCK_STREAM && protocol == IPPROTO_TCP) ||
+		     (type == SOCK_DGRAM && protocol == IPPROTO_UDP);
+	if (ok)
+		return 1;
+
+	__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
+	__u8 none[16] = {};
+	emit_deny(cfg, cgid, 0, audit, BERM_NR_SOCKET, family, 0, type << 16 | (protocol & 0xffff), none);
+	return audit;
+}
