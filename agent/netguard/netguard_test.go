@@ -250,12 +250,12 @@ func received(c *net.UDPConn) int {
 
 // world is the set of listeners the tests aim at and a policy that allows some of them.
 type world struct {
-	denyLn, deny6Ln, allowLn             *net.TCPListener
-	udpDeny, udpAllow                    *net.UDPConn
-	denyPort, deny6Port, allowPort       uint16
-	udpDenyPort, udpAllowPort            uint16
-	enforce, audit                       *policy.Compiled
-	metadataRule, allowRule, udpAllowRul uint32
+	denyLn, deny6Ln, allowLn       *net.TCPListener
+	udpDeny, udpAllow              *net.UDPConn
+	denyPort, deny6Port, allowPort uint16
+	udpDenyPort, udpAllowPort      uint16
+	enforce, audit                 *policy.Compiled
+	metadataRule                   uint32
 }
 
 func newWorld(t *testing.T) *world {
