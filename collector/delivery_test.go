@@ -99,6 +99,9 @@ func TestClickHouseKilledMidShipping(t *testing.T) {
 			t.Fatalf("kill %d came after the whole journal was shipped: make the journal bigger", i+1)
 		}
 		time.Sleep(300 * time.Millisecond)
+		if c.m.oldestAge() <= 0 {
+			t.Fatal("no oldest unshipped event age while clickhouse is down")
+		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := s.Start(rctx); err != nil {
 			t.Fatal(err)
@@ -109,6 +112,9 @@ func TestClickHouseKilledMidShipping(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if age := c.m.oldestAge(); age != 0 {
+		t.Fatalf("oldest unshipped event age %v after everything was shipped", age)
 	}
 	if testutil.ToFloat64(c.m.retries) == 0 {
 		t.Fatal("no retries counted: the kills did not interrupt shipping")
