@@ -136,6 +136,32 @@ struct berm_deny {
 	char path[BERM_PATH_LEN];
 };
 
+/* BPF LSM file policy (bpf/lsm.bpf.c). A call's policy is a set of inodes, each with the rights
+ * it grants to itself and everything beneath it; an access is judged by the nearest granted
+ * inode on the way up from the object (already united with its granted ancestors' rights). */
+#define BERM_LSM_MAX_RULES 16384 /* inode rules of all calls together */
+#define BERM_LSM_DEPTH 32        /* dentries walked up from the object before giving up (deny) */
+
+enum berm_lsm_right {
+	BERM_LSM_READ = 1,   /* open for reading, list a directory */
+	BERM_LSM_WRITE = 2,  /* open for writing, truncate, create entries in a directory */
+	BERM_LSM_EXEC = 4,   /* execute a file (and map it as the interpreter) */
+	BERM_LSM_REMOVE = 8, /* unlink, rmdir and rename entries of a directory */
+};
+
+/* Key of berm_lsm_rules: one inode of one call. dev is the kernel's encoding (major << 20 | minor). */
+struct berm_lsm_key {
+	__u64 cgroup_id;
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+struct berm_lsm_rule {
+	__u32 rights; /* enum berm_lsm_right bits */
+	__u32 rule;   /* 1-based index of the policy rule, reported in denials */
+};
+
 /*
  * Network enforcement (bpf/netpolicy.bpf.c): the per-call egress policy the agent compiles
  * (sandboxer/policy NetPolicy) in the form the cgroup sock hooks read.
