@@ -19,7 +19,10 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/agent/lsm"
+	"github.com/bermsec/berm/agent/netguard"
 	"github.com/bermsec/berm/agent/tracer"
+	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Evaluator is a subscriber that derives events from events (the rules engine).
@@ -47,6 +50,9 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	tr      *tracer.Tracer
+	net     *netguard.Guard // nil: the kernel refused the cgroup sock hooks
+	lsm     *lsm.LSM        // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
+	layers  []string
 	rd      *ringbuf.Reader
 	jw      *journal.Writer
 	m       *metrics
@@ -81,6 +87,9 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Tracer.RingBytes == 0 {
+		cfg.Tracer = tracer.DefaultConfig
+	}
 	a = &Agent{cfg: cfg, log: cfg.Logger, calls: map[uint64]*Call{}, closing: make(chan struct{}),
 		queue: make(chan *batch, cfg.QueueBatches)}
 	if cfg.Rules != nil {
@@ -95,8 +104,25 @@ func New(cfg Config) (a *Agent, err error) {
 		a.jw.Close()
 		return nil, err
 	}
+	a.layers = []string{"ebpf-trace"}
+	calls, events, drops := a.tr.Shared()
+	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
+		a.net = nil
+	} else {
+		a.layers = append(a.layers, "bpf-cgroup-sock")
+	}
+	if a.lsm, err = lsm.New(lsm.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+		if !errors.Is(err, lsm.ErrRefused) {
+			a.log.Warn("bpf lsm layer unavailable", "err", err)
+		}
+		a.lsm = nil
+	} else {
+		a.layers = append(a.layers, "bpf-lsm")
+	}
 	a.rd, err = ringbuf.NewReader(a.tr.Events())
 	if err != nil {
+		a.closeLayers()
 		a.tr.Close()
 		a.jw.Close()
 		return nil, fmt.Errorf("open ring buffer reader: %w", err)
@@ -133,8 +159,22 @@ func (a *Agent) Close() error {
 	close(a.closing)
 	err := a.rd.Close()
 	a.wg.Wait()
-	return errors.Join(err, a.tr.Close(), a.jw.Close())
+	return errors.Join(err, a.closeLayers(), a.tr.Close(), a.jw.Close())
 }
+
+func (a *Agent) closeLayers() error {
+	var errs []error
+	if a.net != nil {
+		errs = append(errs, a.net.Close())
+	}
+	if a.lsm != nil {
+		errs = append(errs, a.lsm.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Layers are the observation and enforcement layers this agent gives its calls.
+func (a *Agent) Layers() []string { return a.layers }
 
 // Journal is where the agent writes.
 func (a *Agent) Journal() *journal.Writer { return a.jw }
@@ -146,6 +186,11 @@ type Call struct {
 	slot   uint32
 
 	policy *CallPolicy
+	net    *netguard.CallNet
+	lsm    bool
+	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
+	// traced like everything else but not judged as the tool's.
+	initPID uint32
 
 	// Owned by the decoder goroutine until End has passed its barrier.
 	seq     uint64
@@ -157,8 +202,12 @@ type Call struct {
 
 // CallOptions say how to trace a call.
 type CallOptions struct {
-	Traced []uint32    `json:"traced"` // syscalls reported one by one
-	Policy *CallPolicy `json:"policy"` // nil: no policy to attribute denials to
+	Traced    []uint32    `json:"traced"`     // syscalls reported one by one
+	Policy    *CallPolicy `json:"policy"`     // nil: no policy to attribute denials to
+	CgroupDir string      `json:"cgroup_dir"` // the call's cgroup v2 directory, for cgroup hooks
+	// Network says the call shares the host's network namespace: the cgroup sock hooks
+	// enforce its egress policy, and a call that needs them is refused when they are missing.
+	Network bool `json:"network"`
 }
 
 // Begin starts tracing the cgroup as a call. It must be called before the first process is
@@ -201,8 +250,69 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
+	if err := a.attachLayers(c, opts); err != nil {
+		_ = a.tr.Unregister(start.CgroupID)
+		a.detachLayers(c)
+		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
+	}
 	a.m.active.Inc()
 	return c, nil
+}
+
+// attachLayers installs the call's kernel-side enforcement before its first process exists.
+func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
+	p := opts.Policy
+	if p == nil {
+		if opts.Network {
+			return errors.New("network access needs a policy")
+		}
+		return nil
+	}
+	if opts.Network && a.net == nil {
+		return errors.New("the call needs filtered network access and the cgroup sock hooks are unavailable: refusing (fail closed)")
+	}
+	if a.net != nil && opts.CgroupDir != "" {
+		cn, err := a.net.Attach(opts.CgroupDir, c.cgroup, &p.Compiled.Network, p.audit())
+		if err != nil {
+			return err
+		}
+		c.net = cn
+	}
+	if a.lsm != nil {
+		rules := lsm.FromLandlock(p.Compiled.Landlock, uint32(len(p.Compiled.Rules)))
+		if err := a.lsm.SetPolicy(c.cgroup, rules...); err != nil {
+			return err
+		}
+		c.lsm = true
+	}
+	return nil
+}
+
+func (a *Agent) detachLayers(c *Call) error {
+	var errs []error
+	if c.net != nil {
+		errs = append(errs, c.net.Close())
+		c.net = nil
+	}
+	if c.lsm {
+		errs = append(errs, a.lsm.Remove(c.cgroup))
+		c.lsm = false
+	}
+	return errors.Join(errs...)
+}
+
+// UpdateNetwork hot-reloads a running call's egress policy, atomically.
+func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
+	if c.net == nil {
+		return fmt.Errorf("call %s has no network layer attached", c.Start.CallID)
+	}
+	if err := c.net.Update(pol); err != nil {
+		return err
+	}
+	if c.policy != nil {
+		c.policy.Compiled.Network = *pol
+	}
+	return nil
 }
 
 // Emit adds an event observed outside the kernel (a cap hit, a denial by the launcher) to the
@@ -234,6 +344,9 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	}
 	if err := a.barrier(5 * time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
+	}
+	if err := a.detachLayers(c); err != nil {
+		errs = append(errs, err)
 	}
 	a.mu.Lock()
 	delete(a.calls, c.cgroup)
@@ -324,7 +437,8 @@ func (a *Agent) append(c *Call, ev event.Event) {
 	// ev is complete now; nested appends below may flush c.pending, so they read ev itself.
 	c.pending = append(c.pending, ev)
 	// The denial an event shows follows it directly; rules then see both.
-	if c.policy != nil && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
+	setup := ev.PID != 0 && ev.PID == c.initPID
+	if c.policy != nil && !setup && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
 		if denial := c.policy.judge(&ev); denial != nil {
 			d := ev
 			d.Kind, d.Denial = event.KindDenial, denial
@@ -332,7 +446,7 @@ func (a *Agent) append(c *Call, ev event.Event) {
 			a.append(c, d)
 		}
 	}
-	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
+	if r := a.rules.Load(); r != nil && !setup && ev.Kind != event.KindAlert {
 		for _, al := range (*r).Eval(&ev) {
 			a.append(c, al)
 		}
@@ -380,6 +494,10 @@ func (a *Agent) flushAll() {
 
 // enrich keeps the call's process tree and names each event's program and parent program.
 func (c *Call) enrich(ev *event.Event) {
+	// The call's first fork comes from the launcher, outside the cgroup: its child is the init.
+	if c.initPID == 0 && ev.Kind == event.KindFork {
+		c.initPID = ev.Fork.ChildPID
+	}
 	switch ev.Kind {
 	case event.KindExec:
 		c.procs[ev.PID] = ev.Exec.Filename
@@ -394,6 +512,3 @@ func (c *Call) enrich(ev *event.Event) {
 		delete(c.procs, ev.PID)
 	}
 }
-
-// Layers are what the agent itself provides to every call.
-var Layers = []string{"ebpf-trace"}

@@ -153,8 +153,12 @@ func decodeDeny(e *bpf.ProcessBermDeny) *event.Denial {
 		d.Layer, d.Surface, d.Object = "landlock", "policy", cstr(e.Path[:])
 	case bpf.ProcessBermLayerBERM_LAYER_CGROUP_SOCK:
 		d.Layer, d.Surface = "bpf-cgroup", "policy"
-		addr := netip.AddrFrom16(e.Addr).Unmap()
-		d.Object = netip.AddrPortFrom(addr, e.Port).String()
+		if e.Nr == unix.SYS_SOCKET {
+			d.Object = fmt.Sprintf("socket(family %d, type %d, protocol %d)", e.Family, e.Proto>>16, e.Proto&0xffff)
+		} else {
+			addr := netip.AddrFrom16(e.Addr).Unmap()
+			d.Object = netip.AddrPortFrom(addr, e.Port).String()
+		}
 	case bpf.ProcessBermLayerBERM_LAYER_LSM:
 		d.Layer, d.Surface, d.Object = "bpf-lsm", "policy", cstr(e.Path[:])
 	default:

@@ -1,7 +1,6 @@
 package sandboxer
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -21,6 +20,14 @@ type callEnv struct {
 	traced     []uint32
 }
 
+// recompile compiles the spec's policy again for the running call (hot reload), against the
+// same workspace and kernel.
+func recompile(spec *Spec, abi int) (*policy.Compiled, error) {
+	return spec.Policy.Compile(policy.CompileEnv{
+		Workspace: spec.Workspace, Tmp: "/tmp", LandlockABI: abi, MountInfo: sandboxMountInfo(spec.Workspace),
+	})
+}
+
 // compile turns the spec's policy into this call's enforcement. Fails closed: a layer the
 // policy needs and the kernel lacks stops the call before it starts.
 func compile(spec *Spec) (*callEnv, error) {
@@ -34,14 +41,11 @@ func compile(spec *Spec) (*callEnv, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", spec.Policy.Metadata.Name, err)
 	}
-	if c.Isolation != policy.NetworkNone {
-		return nil, errors.New("policy: isolation.network host-filtered needs the cgroup-sock layer, which this build does not attach yet; refusing to run")
-	}
 	plan := planRoot(spec.Policy, c, spec.Workspace)
 	env := &callEnv{compiled: c}
 	env.init = initConfig{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
-		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: true, Root: plan,
+		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
 	if c.Mode == policy.Enforce {

@@ -4,6 +4,7 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Recorder traces calls: the agent loaded in this process (the embedded default) or bermd.
@@ -16,6 +17,8 @@ type Recorder interface {
 // CallRecorder is one call being traced.
 type CallRecorder interface {
 	Emit(ev event.Event)
+	// UpdateNetwork hot-reloads the running call's egress policy, atomically.
+	UpdateNetwork(pol *policy.NetPolicy) error
 	End(res agent.Result) (*event.CallRecord, error)
 }
 
@@ -30,7 +33,7 @@ func (l Local) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorde
 	return localCall{l.Agent, c}, nil
 }
 
-func (l Local) Layers() []string { return agent.Layers }
+func (l Local) Layers() []string { return l.Agent.Layers() }
 
 type localCall struct {
 	a *agent.Agent
@@ -52,3 +55,5 @@ func (r Remote) Begin(start event.CallStart, opts agent.CallOptions) (CallRecord
 }
 
 func (r Remote) Layers() []string { return r.Client.Layers() }
+
+func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

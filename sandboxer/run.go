@@ -44,6 +44,9 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 	// Self is the berm binary, re-executed as the sandbox's init.
 	Self string
+	// PolicyFile, when set, is watched while the call runs: a change to its network section
+	// is applied to the running call atomically (other sections apply to the next call).
+	PolicyFile string
 }
 
 // DefaultLimits are the caps of a call that names none: modest, never "unlimited".
@@ -140,7 +143,10 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Start: time.Now(), CgroupID: cg.ID,
 		Node: host, Layers: layers,
 	}
-	call, err := rec.Begin(start, agent.CallOptions{Traced: env.traced, Policy: env.callPolicy})
+	call, err := rec.Begin(start, agent.CallOptions{
+		Traced: env.traced, Policy: env.callPolicy, CgroupDir: cg.V2,
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +272,9 @@ func (l *launch) run() agent.Result {
 
 	done := make(chan struct{})
 	go l.watch(cmd.Process.Pid, done)
+	if spec.PolicyFile != "" {
+		go l.reloadPolicy(done)
+	}
 	waitErr := cmd.Wait()
 	close(done)
 

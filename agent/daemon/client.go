@@ -12,6 +12,7 @@ import (
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Client records calls through bermd. It satisfies sandboxer.Recorder.
@@ -35,7 +36,7 @@ func Available(socket string) bool {
 // Layers are the layers the daemon reported on the last Begin.
 func (c *Client) Layers() []string {
 	if c.layers == nil {
-		return agent.Layers
+		return []string{"ebpf-trace"}
 	}
 	return c.layers
 }
@@ -79,6 +80,22 @@ func (cc *clientCall) Emit(ev event.Event) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	_ = cc.enc.Encode(request{Op: "emit", Event: &ev})
+}
+
+func (cc *clientCall) UpdateNetwork(pol *policy.NetPolicy) error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if err := cc.enc.Encode(request{Op: "net", Net: pol}); err != nil {
+		return fmt.Errorf("bermd net: %w", err)
+	}
+	var resp response
+	if err := cc.dec.Decode(&resp); err != nil {
+		return fmt.Errorf("bermd net: %w", err)
+	}
+	if resp.Error != "" {
+		return errors.New("bermd net: " + resp.Error)
+	}
+	return nil
 }
 
 func (cc *clientCall) End(res agent.Result) (*event.CallRecord, error) {

@@ -8,6 +8,7 @@ package daemon
 import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // DefaultSocket is where bermd listens.
@@ -20,6 +21,7 @@ type request struct {
 	Cgroup string            `json:"cgroup,omitempty"` // v2 directory, killed if the client is lost
 	Event  *event.Event      `json:"event,omitempty"`
 	Result *agent.Result     `json:"result,omitempty"`
+	Net    *policy.NetPolicy `json:"net,omitempty"`
 }
 
 type response struct {

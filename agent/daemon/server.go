@@ -116,6 +116,16 @@ func (s *Server) handle(conn *net.UnixConn) {
 			}
 			call, cgroupDir = c, req.Cgroup
 			_ = enc.Encode(response{Layers: s.Layers})
+		case "net":
+			if call == nil || req.Net == nil {
+				_ = enc.Encode(response{Error: "net: no call begun"})
+				return
+			}
+			resp := response{}
+			if err := s.Agent.UpdateNetwork(call, req.Net); err != nil {
+				resp.Error = err.Error()
+			}
+			_ = enc.Encode(resp)
 		case "emit":
 			if call != nil && req.Event != nil {
 				s.Agent.Emit(call, *req.Event)

@@ -38,15 +38,14 @@ type Tracer struct {
 }
 
 // New loads and attaches everything, or nothing: on any failure what was done is undone.
-func New(cfg Config) (t *Tracer, err error) {
+func New(cfg Config) (_ *Tracer, err error) {
 	if cfg.RingBytes == 0 {
 		cfg = DefaultConfig
 	}
-	t = &Tracer{}
+	t := &Tracer{}
 	defer func() {
 		if err != nil {
 			t.Close()
-			t = nil
 		}
 	}()
 

@@ -118,7 +118,7 @@ func cmdRun(args []string) int {
 		return fail("%v", err)
 	}
 	spec := sandboxer.Spec{
-		CallID: *callID, Tool: *tool, Tenant: *tenant, Argv: argv, Limits: lim, Policy: pol,
+		CallID: *callID, Tool: *tool, Tenant: *tenant, Argv: argv, Limits: lim, Policy: pol, PolicyFile: *policyFile,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	for _, f := range []struct{ field, v string }{{"--call-id", spec.CallID}, {"--tool", spec.Tool}, {"--tenant", spec.Tenant}} {

@@ -1,0 +1,62 @@
+package sandboxer
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+// reloadPolicy watches the call's policy file and hot-reloads its network section into the
+// running call. A file that does not load or compile keeps the current policy, and says so in
+// the call's timeline.
+func (l *launch) reloadPolicy(done <-chan struct{}) {
+	path := l.spec.PolicyFile
+	stamp := func() string {
+		st, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(st.ModTime().UnixNano(), st.Size())
+	}
+	last := stamp()
+	current := l.env.compiled.Network
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		now := stamp()
+		if now == last || now == "" {
+			continue
+		}
+		last = now
+		p, err := policy.Load(path)
+		var c *policy.Compiled
+		if err == nil {
+			spec := l.spec
+			spec.Policy = p
+			c, err = recompile(&spec, l.env.compiled.LandlockABI)
+		}
+		if err == nil && c.Isolation != l.env.compiled.Isolation {
+			err = fmt.Errorf("isolation.network changed from %s to %s: not applicable to a running call", l.env.compiled.Isolation, c.Isolation)
+		}
+		if err == nil && !reflect.DeepEqual(c.Network, current) {
+			err = l.call.UpdateNetwork(&c.Network)
+			if err == nil {
+				current = c.Network
+			}
+		}
+		detail := "network policy reloaded"
+		if err != nil {
+			detail = "policy reload refused, previous policy kept: " + err.Error()
+		}
+		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "policy_reload", Detail: detail}})
+	}
+}
