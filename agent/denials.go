@@ -180,6 +180,17 @@ func (p *CallPolicy) judge(ev *event.Event) *event.Denial {
 			}
 			return nil
 		}
+		// Raw and packet sockets are refused by the capability check before any cgroup hook
+		// runs (the call has no CAP_NET_RAW): name that refusal here.
+		if sc.Name == "socket" && (denied(sc.Result) || audit) {
+			family, typ := uint16(sc.Args[0]), int(sc.Args[1]&0xf)
+			if (typ == unix.SOCK_RAW || family == unix.AF_PACKET) && !p.Compiled.Network.SocketAllowed(family, typ) {
+				return &event.Denial{Layer: "capabilities", Surface: "policy", Audit: audit && sc.Result >= 0,
+					Rule:   "raw and packet sockets are not allowed (no CAP_NET_RAW, not in spec.network)",
+					Object: fmt.Sprintf("socket(family %d, type %d, protocol %d)", family, typ, sc.Args[2])}
+			}
+			return nil
+		}
 		need, ok := pathSyscallNeed[sc.Name]
 		if !ok || sc.Path == "" || (!audit && sc.Result >= 0) {
 			return nil

@@ -159,6 +159,9 @@ func TestNetworkEgress(t *testing.T) {
 				}
 			}
 			audit := mode == "audit"
+			if !audit && findDenial(tl.Events, "capabilities", "protocol 1)", false) == nil {
+				t.Errorf("no denial for the raw socket: %+v", denials(tl.Events))
+			}
 			for _, obj := range []string{fmt.Sprintf("127.0.0.1:%d", port(denied4)), fmt.Sprintf("[::1]:%d", port(denied6)),
 				fmt.Sprintf("127.0.0.1:%d", udp.LocalAddr().(*net.UDPAddr).Port)} {
 				if d := findDenial(tl.Events, "bpf-cgroup", obj, audit); d == nil {
