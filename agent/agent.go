@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/bermsec/berm/agent/lsm"
 	"github.com/bermsec/berm/agent/netguard"
 	"github.com/bermsec/berm/agent/tracer"
+	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/policy"
 )
 
@@ -109,6 +111,10 @@ func New(cfg Config) (a *Agent, err error) {
 	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
 		a.net = nil
+	} else if err := a.attachNetRoot(); err != nil {
+		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
+		a.net.Close()
+		a.net = nil
 	} else {
 		a.layers = append(a.layers, "bpf-cgroup-sock")
 	}
@@ -160,6 +166,19 @@ func (a *Agent) Close() error {
 	err := a.rd.Close()
 	a.wg.Wait()
 	return errors.Join(err, a.closeLayers(), a.tr.Close(), a.jw.Close())
+}
+
+// attachNetRoot attaches the network programs once to the cgroup every call lives under.
+func (a *Agent) attachNetRoot() error {
+	layout, err := cgroup.Detect()
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(layout.V2, cgroup.Root)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", root, err)
+	}
+	return a.net.AttachRoot(root)
 }
 
 func (a *Agent) closeLayers() error {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages berm's build, tests and demo use, when they are missing.
 set -euo pipefail
-pkgs=(clang llvm libbpf-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2 qemu-system-x86 busybox-static)
+pkgs=(clang llvm libbpf-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2 qemu-system-x86 busybox-static xz-utils util-linux)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

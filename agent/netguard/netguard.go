@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -32,6 +34,9 @@ type Guard struct {
 	objs  bpf.NetpolicyObjects
 	trie  *ebpf.MapSpec // inner map template: every trie must match it
 	calls *ebpf.Map
+
+	root      string      // cgroup the programs are attached to once (AttachRoot)
+	rootLinks []link.Link // nil: programs are attached per call
 }
 
 // New loads the programs and the per-call maps, sharing the tracer's maps.
@@ -73,7 +78,65 @@ func New(shared Shared) (g *Guard, err error) {
 // Close unloads the programs and maps. Calls still attached keep their programs until their
 // CallNet is closed (links hold references).
 func (g *Guard) Close() error {
-	return g.objs.Close()
+	var errs []error
+	for _, l := range g.rootLinks {
+		errs = append(errs, l.Close())
+	}
+	g.rootLinks = nil
+	return errors.Join(append(errs, g.objs.Close())...)
+}
+
+type hook struct {
+	name   string
+	prog   *ebpf.Program
+	attach ebpf.AttachType
+}
+
+func (g *Guard) hooks() []hook {
+	return []hook{
+		{"connect4", g.objs.BermConnect4, ebpf.AttachCGroupInet4Connect},
+		{"connect6", g.objs.BermConnect6, ebpf.AttachCGroupInet6Connect},
+		{"sendmsg4", g.objs.BermSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{"sendmsg6", g.objs.BermSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{"sock_create", g.objs.BermSockCreate, ebpf.AttachCGroupInetSockCreate},
+	}
+}
+
+func attachAll(dir string, hooks []hook) ([]link.Link, error) {
+	var links []link.Link
+	for _, h := range hooks {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: h.attach, Program: h.prog})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, fmt.Errorf("attach %s to %s: %w", h.name, dir, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// AttachRoot attaches the programs once to the cgroup under which every call's cgroup is
+// made: each call then inherits them (effective programs of a cgroup include its ancestors'),
+// and Attach for a call below root only installs the call's maps. Attaching and detaching
+// cgroup programs per call costs milliseconds; map updates cost microseconds. Programs judge
+// only cgroups registered with this agent's tracer and allow the rest, so several agents can
+// attach to the same root side by side.
+func (g *Guard) AttachRoot(dir string) error {
+	if g.rootLinks != nil {
+		return fmt.Errorf("attach network programs to %s: already attached to %s", dir, g.root)
+	}
+	links, err := attachAll(dir, g.hooks())
+	if err != nil {
+		return err
+	}
+	g.root, g.rootLinks = filepath.Clean(dir), links
+	return nil
+}
+
+func (g *Guard) underRoot(dir string) bool {
+	return g.rootLinks != nil && strings.HasPrefix(filepath.Clean(dir), g.root+"/")
 }
 
 // CallNet is one call's attached programs and installed policy.
@@ -126,22 +189,11 @@ func (g *Guard) Attach(cgroupDir string, cgroupID uint64, pol *policy.NetPolicy,
 		return nil, fmt.Errorf("install socket rules of cgroup %d: %w", cgroupID, err)
 	}
 	cn.socks = true
-	for _, p := range []struct {
-		name   string
-		prog   *ebpf.Program
-		attach ebpf.AttachType
-	}{
-		{"connect4", g.objs.BermConnect4, ebpf.AttachCGroupInet4Connect},
-		{"connect6", g.objs.BermConnect6, ebpf.AttachCGroupInet6Connect},
-		{"sendmsg4", g.objs.BermSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-		{"sendmsg6", g.objs.BermSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
-		{"sock_create", g.objs.BermSockCreate, ebpf.AttachCGroupInetSockCreate},
-	} {
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: p.attach, Program: p.prog})
-		if err != nil {
-			return nil, fmt.Errorf("attach %s to %s: %w", p.name, cgroupDir, err)
-		}
-		cn.links = append(cn.links, l)
+	if g.underRoot(cgroupDir) {
+		return cn, nil // the programs attached at the root judge it already
+	}
+	if cn.links, err = attachAll(cgroupDir, g.hooks()); err != nil {
+		return nil, err
 	}
 	return cn, nil
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,9 +19,15 @@ import (
 	"time"
 )
 
+// cleanups run before any exit, so a failed run leaves no daemon behind.
+var cleanups []func()
+
 func must(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
 		os.Exit(1)
 	}
 }
@@ -71,6 +78,7 @@ func main() {
 	work, err := os.MkdirTemp("/run", "berm-bench.")
 	must(err)
 	defer os.RemoveAll(work)
+	cleanups = append(cleanups, func() { os.RemoveAll(work) })
 	must(os.Chmod(work, 0o755))
 	ws := filepath.Join(work, "ws")
 	must(os.Mkdir(ws, 0o755))
@@ -96,7 +104,9 @@ func main() {
 	d := exec.Command(bermd, "--state-dir", state, "--socket", sock, "--metrics", "", "--no-rules")
 	d.Stderr = os.Stderr
 	must(d.Start())
-	defer func() { d.Process.Signal(os.Interrupt); d.Wait() }()
+	stopDaemon := func() { d.Process.Signal(os.Interrupt); d.Wait() }
+	cleanups = append(cleanups, stopDaemon)
+	defer stopDaemon()
 	for i := 0; ; i++ {
 		if _, err := os.Stat(sock); err == nil {
 			break
@@ -106,8 +116,9 @@ func main() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	basePol := writePolicy(work, "base", 0, 0)
 	run := func(extra ...string) []string {
-		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--no-rules"}
+		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--no-rules", "--policy", basePol}
 		a = append(a, extra...)
 		return a
 	}
@@ -173,4 +184,74 @@ func main() {
 	}
 	fmt.Printf("\nfully audited per-syscall overhead = **%.2f us** (target <= 1 us); those calls recorded %d events and dropped %d (counted per call)\n",
 		(median(traced)-mb)/1000, auditedEvents, auditedDropped)
+
+	// Per-open and per-connect cost with a 100-rule policy against a small one, in one run.
+	closed := freePort()
+	fsSmall, fs100 := writePolicy(work, "fs-small", 0, 0), writePolicy(work, "fs-100", 100, 0)
+	netSmall, net100 := writePolicy(work, "net-1", 0, 1), writePolicy(work, "net-100", 0, 100)
+	const opens, connects = 200_000, 20_000
+	target := "127.0.0.1:" + strconv.Itoa(closed)
+	var oHost, oSmall, o100, cHost, cSmall, c100 []float64
+	in := func(pol string, args ...string) float64 {
+		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--no-rules", "--policy", pol, "--", "./sysloop"}
+		v, _ := strconv.ParseFloat(output(berm, append(a, args...)...), 64)
+		return v
+	}
+	for i := 0; i < *rounds; i++ {
+		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(opens), "open", "/etc/hostname"), 64)
+		oHost = append(oHost, v)
+		oSmall = append(oSmall, in(fsSmall, strconv.Itoa(opens), "open", "/etc/hostname"))
+		o100 = append(o100, in(fs100, strconv.Itoa(opens), "open", "/etc/hostname"))
+		v, _ = strconv.ParseFloat(output(sysloop, strconv.Itoa(connects), "connect", target), 64)
+		cHost = append(cHost, v)
+		cSmall = append(cSmall, in(netSmall, strconv.Itoa(connects), "connect", target))
+		c100 = append(c100, in(net100, strconv.Itoa(connects), "connect", target))
+	}
+	fmt.Printf("\n## Per-open and per-connect cost with a 100-rule policy (median of %d rounds)\n\n", *rounds)
+	fmt.Println("| operation | outside berm | berm, small policy | berm, 100-rule policy | 100 rules over small |")
+	fmt.Println("|---|---|---|---|---|")
+	fmt.Printf("| open+close /etc/hostname (Landlock: %s) | %.0f ns | %.0f ns | %.0f ns | %+.0f ns |\n", "5 vs 105 path rules",
+		median(oHost), median(oSmall), median(o100), median(o100)-median(oSmall))
+	fmt.Printf("| TCP connect to a closed loopback port (cgroup hooks: 1 vs 100 egress rules) | %.0f ns | %.0f ns | %.0f ns | %+.0f ns |\n",
+		median(cHost), median(cSmall), median(c100), median(c100)-median(cSmall))
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	must(err)
+	p := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return p
+}
+
+// writePolicy writes a bench policy: exec from the workspace allowed (the workload lives
+// there), extraRead more read grants (distinct /usr/share trees), netRules egress rules (the
+// last one allows 127.0.0.1, the others are other networks); netRules > 0 shares the host's
+// network through the cgroup hooks.
+func writePolicy(dir, name string, extraRead, netRules int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: bench-%s}\nspec:\n", name)
+	b.WriteString("  filesystem:\n    read: [/bin, /lib, /lib64, /usr/bin, /usr/lib, /usr/lib64, /usr/sbin, /etc")
+	if extraRead > 0 {
+		ents, err := os.ReadDir("/usr/share")
+		must(err)
+		n := 0
+		for _, e := range ents {
+			if e.IsDir() && n < extraRead {
+				b.WriteString(", /usr/share/" + e.Name())
+				n++
+			}
+		}
+	}
+	b.WriteString("]\n    write: [\"${WORKSPACE}\", \"${TMP}\", /dev/null]\n    exec: [\"${WORKSPACE}\", /bin, /lib, /lib64, /usr/bin, /usr/lib, /usr/lib64]\n    deny: []\n")
+	if netRules > 0 {
+		b.WriteString("  isolation: {network: host-filtered}\n  network:\n    egress:\n")
+		for i := 0; i < netRules-1; i++ {
+			fmt.Fprintf(&b, "      - {cidr: 10.%d.%d.0/24, ports: [443], protocol: tcp}\n", i/250, i%250)
+		}
+		b.WriteString("      - {cidr: 127.0.0.1/32, ports: [1-65535], protocol: tcp}\n")
+	}
+	path := filepath.Join(dir, name+".yaml")
+	must(os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
 }
