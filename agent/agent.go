@@ -204,9 +204,12 @@ type Call struct {
 	cgroup uint64
 	slot   uint32
 
-	policy *CallPolicy
-	net    *netguard.CallNet
-	lsm    bool
+	policy    *CallPolicy
+	net       *netguard.CallNet
+	lsm       bool
+	cgroupDir string
+	// killed says why the agent ended the call itself (a fatal syscall was attempted).
+	killed string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
 	// traced like everything else but not judged as the tool's.
 	initPID uint32
@@ -249,7 +252,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy, cgroupDir: opts.CgroupDir}
 	a.slots[slot] = true
 	a.calls[start.CgroupID] = c
 	a.mu.Unlock()
@@ -320,6 +323,18 @@ func (a *Agent) detachLayers(c *Call) error {
 	return errors.Join(errs...)
 }
 
+// killFatal ends a call that attempted a syscall its policy marks fatal. The kill happens
+// here, on the event path, a few microseconds after the refused attempt.
+func (a *Agent) killFatal(c *Call, name string) {
+	if c.killed != "" || c.cgroupDir == "" {
+		return
+	}
+	c.killed = "fatal syscall attempted: " + name + " (spec.syscalls.fatal)"
+	if err := os.WriteFile(filepath.Join(c.cgroupDir, "cgroup.kill"), []byte("1"), 0); err != nil {
+		a.log.Error("kill call on fatal syscall", "call_id", c.Start.CallID, "err", err)
+	}
+}
+
 // UpdateNetwork hot-reloads a running call's egress policy, atomically.
 func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	if c.net == nil {
@@ -371,6 +386,10 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	delete(a.calls, c.cgroup)
 	a.mu.Unlock()
 
+	if c.killed != "" {
+		res.Reason, res.Detail = event.EndPolicyKill, c.killed
+		res.ExitSignal, res.ExitStatus, res.ExitCode = 9, 137, 0
+	}
 	rec := &event.CallRecord{
 		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
@@ -463,6 +482,9 @@ func (a *Agent) append(c *Call, ev event.Event) {
 			d.Kind, d.Denial = event.KindDenial, denial
 			d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
 			a.append(c, d)
+			if ev.Syscall != nil && denial.Layer == "seccomp" && !denial.Audit && c.policy.Compiled.Fatal[ev.Syscall.Nr] {
+				a.killFatal(c, ev.Syscall.Name)
+			}
 		}
 	}
 	if r := a.rules.Load(); r != nil && !setup && ev.Kind != event.KindAlert {

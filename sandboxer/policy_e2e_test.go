@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -199,5 +200,39 @@ for spec in sys.argv[1:]:
 		} else if !strings.Contains(d.Denial.Rule, "spec.syscalls") {
 			t.Errorf("%s: rule %q does not name the policy field", n, d.Denial.Rule)
 		}
+	}
+}
+
+// A policy can make a refused syscall fatal: the tracer sees the refusal and ends the call.
+func TestFatalSyscallEndsTheCall(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state := t.TempDir()
+	pol := filepath.Join(t.TempDir(), "fatal.yaml")
+	os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: strict-fatal}\nspec:\n  syscalls:\n    fatal: [ptrace]\n"), 0o644)
+	script := `import ctypes, time
+ctypes.CDLL(None).ptrace(16, 1, 0, 0)
+time.sleep(30)
+print("survived")`
+	start := time.Now()
+	r := run(t, state, "--call-id", "fatal", "--policy", pol, "--", "python3", "-c", script)
+	if r.Exit != 137 || strings.Contains(r.Stdout, "survived") {
+		t.Fatalf("exit %d, stdout %q: the call survived its fatal syscall", r.Exit, r.Stdout)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Fatal("the call ran on after its fatal syscall")
+	}
+	tl := bermbin.Timeline(t, state, "fatal")
+	if rec := tl.Call.Record; rec == nil || rec.EndReason != event.EndPolicyKill || !strings.Contains(rec.EndDetail, "ptrace") {
+		t.Fatalf("record: %+v", tl.Call.Record)
+	}
+	if findDenial(tl.Events, "seccomp", "ptrace", false) == nil {
+		t.Fatal("no seccomp denial for ptrace")
+	}
+	// A fatal syscall the policy does not deny is a policy error, with its field.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: bad}\nspec:\n  syscalls:\n    fatal: [getpid]\n"), 0o644)
+	r = run(t, state, "--policy", bad, "--", "true")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "spec.syscalls.fatal[0]") {
+		t.Fatalf("fatal getpid accepted: exit %d %s", r.Exit, r.Stderr)
 	}
 }

@@ -16,6 +16,7 @@ const (
 	EndTmpLimit    EndReason = "tmp_limit"    // the private /tmp filled up
 	EndInterrupted EndReason = "interrupted"  // berm run was interrupted (SIGINT/SIGTERM)
 	EndClientLost  EndReason = "client_lost"  // the launching client went away mid-call (daemon)
+	EndPolicyKill  EndReason = "policy_kill"  // the tool attempted a syscall its policy marks fatal
 	EndSetupFailed EndReason = "setup_failed" // the sandbox could not be set up; the tool never ran
 	EndUnknown     EndReason = "incomplete"   // no end was recorded (the writer died)
 )

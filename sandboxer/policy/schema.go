@@ -176,6 +176,7 @@ func (d *decoder) syscalls(n *yaml.Node, field string, s *Syscalls) {
 			s.DefaultAction = SyscallAction(a)
 		},
 		"denyNewNamespaces": func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyNewNamespaces) },
+		"fatal":             func(n *yaml.Node, f string) { s.Fatal = nil; list(d, n, f, &s.Fatal, d.syscall) },
 	}, d.required("deny", "denyNewNamespaces")...)
 	switch {
 	case gaveDeny && gaveAllow:

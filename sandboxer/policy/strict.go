@@ -44,5 +44,6 @@ func cloneSpec(s Spec) Spec {
 	}
 	c.Syscalls.Deny = slices.Clone(s.Syscalls.Deny)
 	c.Syscalls.Allow = slices.Clone(s.Syscalls.Allow)
+	c.Syscalls.Fatal = slices.Clone(s.Syscalls.Fatal)
 	return c
 }

@@ -115,6 +115,9 @@ type Syscalls struct {
 	// the lists say, and makes clone3 (whose flags a filter cannot read) fail with ENOSYS so
 	// the C library falls back to clone.
 	DenyNewNamespaces bool
+	// Fatal syscalls end the whole call when an attempt is refused: the agent sees the
+	// refusal and kills the call's cgroup (end reason policy_kill). Audit mode only records.
+	Fatal []string
 }
 
 type SyscallAction string
