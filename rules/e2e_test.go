@@ -105,6 +105,7 @@ var e2eCases = []e2eCase{
 	{rule: "resource-output-flood", flags: []string{"--output-limit", "1000"}, cmd: sh("yes | head -c 100000")},
 	{rule: "resource-memory-exhausted", flags: []string{"--memory", "32Mi"}, cmd: []string{py, "-c", "a = [bytearray(1 << 20) for i in range(200)]"}},
 	{rule: "resource-wall-time", flags: []string{"--timeout", "1s"}, cmd: []string{"/bin/sleep", "5"}},
+	{rule: "probing-repeated-denials", cmd: sh("i=0; while [ $i -lt 15 ]; do cat /etc/ssh/ssh_config 2>/dev/null; i=$((i+1)); done; true")},
 	{rule: "probing-permission-errors", cmd: sh("i=0; while [ $i -lt 25 ]; do cat /etc/shadow 2>/dev/null; i=$((i+1)); done; true")},
 	// tenant.yaml
 	{rule: "tenant-foreign-path", flags: []string{"--tenant", "alice"}, cmd: sh("cat /var/lib/berm/tenants/bob/notes.txt >/dev/null 2>&1; true")},

@@ -22,8 +22,8 @@ import (
 // fresh namespaces (and already inside its cgroup), before the tool is started.
 const InitArg0 = "berm-init"
 
-// initConfig is what the launcher sends the init over fd 3. The init waits for it (EOF) before
-// doing anything, which gives the launcher time to place it in the v1 cgroups.
+// initConfig is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
+// start the tool: the launcher sends it once the init is in the call's v1 cgroups.
 type initConfig struct {
 	Argv      []string `json:"argv"`
 	Env       []string `json:"env"`
@@ -96,6 +96,12 @@ func InitMain() {
 		}
 	}
 
+	// The launcher places this process in the v1 cgroups (hybrid hosts) while it set itself up;
+	// the tool, and everything it forks, starts only once that is done.
+	var goByte [1]byte
+	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
+		report(initStatus{Error: "launcher did not let the call start"}, 125)
+	}
 	path, err := lookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
 		report(initStatus{Error: err.Error(), Exited: true, Code: 127}, 127)

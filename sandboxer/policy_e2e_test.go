@@ -236,3 +236,36 @@ print("survived")`
 		t.Fatalf("fatal getpid accepted: exit %d %s", r.Exit, r.Stderr)
 	}
 }
+
+// The call cannot see host processes, signal one, or gain privileges from a setuid binary.
+func TestEscapePathsClosed(t *testing.T) {
+	bermbin.RequireRoot(t)
+	host := exec.Command("sleep", "30")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { host.Process.Kill(); host.Wait() }()
+	state := t.TempDir()
+	script := fmt.Sprintf(`ls /proc | grep -c '^[0-9]'
+kill -0 %d 2>/dev/null; echo "kill=$?"
+python3 -c 'import ctypes; print("ptrace", ctypes.CDLL(None).ptrace(16, %d, 0, 0))'
+su -c id root </dev/null >/dev/null 2>&1; echo "su=$?"
+id -u`, host.Process.Pid, host.Process.Pid)
+	r := run(t, state, "--call-id", "escape", "--", "sh", "-c", script)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("unexpected output:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	if n := strings.TrimSpace(lines[0]); n == "" || len(n) > 1 {
+		t.Errorf("the call sees %s processes in /proc: host processes leak in", n)
+	}
+	if lines[1] == "kill=0" {
+		t.Error("the call could signal a host process")
+	}
+	if lines[2] != "ptrace -1" {
+		t.Errorf("ptrace of a host process: %s", lines[2])
+	}
+	if lines[3] == "su=0" || lines[4] != "65534" {
+		t.Errorf("privilege gained: %s, uid %s", lines[3], lines[4])
+	}
+}

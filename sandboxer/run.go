@@ -216,6 +216,11 @@ func (l *launch) run() agent.Result {
 	if err != nil {
 		return fail(err)
 	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	defer goW.Close()
 	cgfd, err := l.cg.OpenFD()
 	if err != nil {
 		return fail(err)
@@ -231,7 +236,7 @@ func (l *launch) run() agent.Result {
 	cmd := &exec.Cmd{
 		Path: spec.Self, Args: []string{InitArg0}, Env: []string{},
 		Stdin: stdin, Stdout: outW, Stderr: errW,
-		ExtraFiles: []*os.File{cfgR, statW},
+		ExtraFiles: []*os.File{cfgR, statW, goR},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  uintptr(flags),
 			UseCgroupFD: true, CgroupFD: cgfd,
@@ -243,6 +248,7 @@ func (l *launch) run() agent.Result {
 	unix.Close(cgfd)
 	cfgR.Close()
 	statW.Close()
+	goR.Close()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -256,12 +262,6 @@ func (l *launch) run() agent.Result {
 	go l.copyOutput(&copiers, outR, spec.Stdout)
 	go l.copyOutput(&copiers, errR, spec.Stderr)
 
-	if err := l.cg.JoinV1(cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		copiers.Wait()
-		return fail(err)
-	}
 	if err := json.NewEncoder(cfgW).Encode(l.env.init); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -269,6 +269,21 @@ func (l *launch) run() agent.Result {
 		return fail(fmt.Errorf("configure sandbox init: %w", err))
 	}
 	cfgW.Close()
+	// While the init sets up mounts, Landlock and seccomp, place it in the v1 cgroups (a
+	// migration costs a few ms on v1); only then may it start the tool.
+	if err := l.cg.JoinV1(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		copiers.Wait()
+		return fail(err)
+	}
+	if _, err := goW.Write([]byte{1}); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		copiers.Wait()
+		return fail(fmt.Errorf("start the call: %w", err))
+	}
+	goW.Close()
 
 	done := make(chan struct{})
 	go l.watch(cmd.Process.Pid, done)
