@@ -3,8 +3,8 @@
 
 /* Copyright berm authors. */
 /*
- * Network enforcement of sandboxed calls: cgroup sock hooks, attached to each call's own
- * cgroup, judge every connect, unconnected UDP send and socket() against the call's compiled
+ * Network enforcement of sandboxed calls: cgroup sock hooks, attached once above the calls'
+ * cgroups (or to a call's own), judge every connect, unconnected UDP send and socket() against the call's compiled
  * egress policy (sandboxer/policy NetPolicy). Default deny; a registered call without a policy
  * is denied everything (fail closed). Each denial, or would-be denial in audit mode, is a
  * berm_deny event in the shared ring.
@@ -34,33 +34,45 @@ const struct berm_net_prefix *unused_net_prefix __attribute__((unused));
 const struct berm_sock_rule *unused_sock_rule __attribute__((unused));
 const struct berm_net_socks *unused_net_socks __attribute__((unused));
 
-/* The inner map: one call's prefixes. The agent creates one per policy version. */
-struct berm_net_trie {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, BERM_MAX_NET_PREFIXES);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for LPM tries */
-	__type(key, struct berm_net_key);
-	__type(value, struct berm_net_prefix);
-};
+const struct berm_net_gen *unused_net_gen __attribute__((unused));
 
 /*
- * cgroup v2 id -> the call's trie. Hot reload replaces the inner map in one update: a
- * program sees the old trie or the new one, never a half-written policy.
+ * A call's policy is a generation: a number never reused, that keys the call's prefixes in
+ * the one trie and its record in berm_net_gens. The slot's generation is one aligned 8-byte
+ * word the agent stores atomically (the array is mmapped), so installing, replacing or
+ * removing a call's policy is one store, after the new version's entries are all written and
+ * before the old one's are deleted: a decision reads the word once and sees one whole version.
+ * No map-in-map: updates of those make every writer wait for an RCU grace period.
  */
+
+/* Prefixes of every installed version of every call: room for each slot's policy twice (a
+ * hot reload holds both versions until the old one is deleted). */
+#define NET_TRIE_ENTRIES (BERM_MAX_SLOTS * BERM_MAX_NET_PREFIXES * 2)
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
-	__uint(max_entries, BERM_MAX_SLOTS);
-	__type(key, __u64);
-	__array(values, struct berm_net_trie);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, NET_TRIE_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for LPM tries; allocated on use */
+	__type(key, struct berm_net_key);
+	__type(value, struct berm_net_prefix);
 } berm_net_policy SEC(".maps");
 
-/* cgroup v2 id -> the sockets the call may create; one value, replaced whole on reload. */
+/* generation -> the cgroup it was installed for and its socket rules */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, BERM_MAX_SLOTS);
+	__uint(max_entries, BERM_MAX_SLOTS * 4);
 	__type(key, __u64);
-	__type(value, struct berm_net_socks);
-} berm_net_sockets SEC(".maps");
+	__type(value, struct berm_net_gen);
+} berm_net_gens SEC(".maps");
+
+/* call slot -> the generation in effect, 0: none (a registered call is denied everything) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} berm_net_slots SEC(".maps");
 
 /* cgroup levels searched for the call a nested cgroup belongs to */
 #define NET_MAX_LEVEL 16
@@ -69,7 +81,7 @@ struct {
  * The call the current task belongs to. Programs attached to a cgroup also run for every
  * cgroup below it, so a task that made itself a child cgroup inside its call's is found
  * through its nearest registered ancestor, and judged as the call: otherwise nesting would be
- * a way out. A miss on the task's own cgroup is rare (the programs sit on calls' cgroups only).
+ * a way out.
  */
 static __always_inline struct berm_call_cfg *net_call(__u64 *cgid)
 {
@@ -111,16 +123,37 @@ static __always_inline void emit_deny(struct berm_call_cfg *cfg, __u64 cgid, __u
 }
 
 /*
- * The kernel half of NetPolicy.Decide: the longest prefix containing the address, then its
- * entries in order; no trie, no prefix or no matching entry is the default deny (rule 0).
+ * The version of the call's policy in effect (its generation in *gen), or none. The slot's
+ * word is read once: everything after uses that one version.
  */
-static __always_inline int decide(__u64 cgid, struct berm_net_key *key, __u16 port, __u8 proto, __u32 *rule)
+static __always_inline struct berm_net_gen *net_policy(struct berm_call_cfg *cfg, __u64 cgid, __u64 *gen)
+{
+	__u32 slot = cfg->slot;
+	__u64 *word = bpf_map_lookup_elem(&berm_net_slots, &slot);
+	if (!word)
+		return 0;
+	*gen = *(volatile __u64 *)word;
+	if (!*gen)
+		return 0;
+	struct berm_net_gen *g = bpf_map_lookup_elem(&berm_net_gens, gen);
+	if (!g || g->cgroup_id != cgid)
+		return 0; /* the slot is another call's: not this one's policy */
+	return g;
+}
+
+/*
+ * The kernel half of NetPolicy.Decide: the longest prefix containing the address, then its
+ * entries in order; no policy, no prefix or no matching entry is the default deny (rule 0).
+ */
+static __always_inline int decide(struct berm_call_cfg *cfg, __u64 cgid, struct berm_net_key *key, __u16 port,
+				  __u8 proto, __u32 *rule)
 {
 	*rule = 0;
-	void *trie = bpf_map_lookup_elem(&berm_net_policy, &cgid);
-	if (!trie)
+	__u64 gen;
+	if (!net_policy(cfg, cgid, &gen))
 		return 0;
-	struct berm_net_prefix *p = bpf_map_lookup_elem(trie, key);
+	__builtin_memcpy(key->gen, &gen, sizeof(gen));
+	struct berm_net_prefix *p = bpf_map_lookup_elem(&berm_net_policy, key);
 	if (!p)
 		return 0;
 	for (__u32 i = 0; i < BERM_MAX_NET_ENTRIES; i++) {
@@ -141,12 +174,12 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
 	if (!cfg)
-		return 1; /* not a sandboxed call: the programs only ever sit on calls' cgroups */
+		return 1; /* not a call of this agent's: not judged here */
 
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = (__u8)ctx->protocol;
 	__u32 rule;
-	if (decide(cgid, key, port, proto, &rule))
+	if (decide(cfg, cgid, key, port, proto, &rule))
 		return 1;
 	__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
 	emit_deny(cfg, cgid, rule, audit, 0, family, port, proto, key->addr);
@@ -155,7 +188,7 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 
 static __always_inline int judge4(struct bpf_sock_addr *ctx)
 {
-	struct berm_net_key key = {.prefixlen = 128};
+	struct berm_net_key key = {.prefixlen = BERM_NET_GEN_BITS + 128};
 	key.addr[10] = 0xff;
 	key.addr[11] = 0xff;
 	__u32 ip4 = ctx->user_ip4; /* network byte order: its memory bytes are the address */
@@ -165,7 +198,7 @@ static __always_inline int judge4(struct bpf_sock_addr *ctx)
 
 static __always_inline int judge6(struct bpf_sock_addr *ctx)
 {
-	struct berm_net_key key = {.prefixlen = 128};
+	struct berm_net_key key = {.prefixlen = BERM_NET_GEN_BITS + 128};
 	__u32 w[4];
 	w[0] = ctx->user_ip6[0];
 	w[1] = ctx->user_ip6[1];
@@ -227,8 +260,10 @@ int berm_sock_create(struct bpf_sock *sk)
 
 	__u32 family = sk->family, type = sk->type, protocol = sk->protocol;
 	int ok = 0;
-	struct berm_net_socks *s = bpf_map_lookup_elem(&berm_net_sockets, &cgid);
-	if (s) {
+	__u64 gen;
+	struct berm_net_gen *g = net_policy(cfg, cgid, &gen);
+	if (g) {
+		struct berm_net_socks *s = &g->socks;
 		for (__u32 i = 0; i < BERM_MAX_SOCK_RULES; i++) {
 			if (i >= s->n)
 				break;

@@ -30,9 +30,16 @@ type NetpolicyBermNetEntry struct {
 	Rule   uint32
 }
 
+type NetpolicyBermNetGen struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Socks    NetpolicyBermNetSocks
+}
+
 type NetpolicyBermNetKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
+	Gen       [2]uint32
 	Addr      [16]uint8
 }
 
@@ -63,14 +70,16 @@ const (
 	NetpolicyMapBermCalls       = "berm_calls"
 	NetpolicyMapBermDrops       = "berm_drops"
 	NetpolicyMapBermEvents      = "berm_events"
+	NetpolicyMapBermNetGens     = "berm_net_gens"
 	NetpolicyMapBermNetPolicy   = "berm_net_policy"
-	NetpolicyMapBermNetSockets  = "berm_net_sockets"
+	NetpolicyMapBermNetSlots    = "berm_net_slots"
 	NetpolicyProgBermConnect4   = "berm_connect4"
 	NetpolicyProgBermConnect6   = "berm_connect6"
 	NetpolicyProgBermSendmsg4   = "berm_sendmsg4"
 	NetpolicyProgBermSendmsg6   = "berm_sendmsg6"
 	NetpolicyProgBermSockCreate = "berm_sock_create"
 	NetpolicyVarUnusedNetEntry  = "unused_net_entry"
+	NetpolicyVarUnusedNetGen    = "unused_net_gen"
 	NetpolicyVarUnusedNetKey    = "unused_net_key"
 	NetpolicyVarUnusedNetPrefix = "unused_net_prefix"
 	NetpolicyVarUnusedNetSocks  = "unused_net_socks"
@@ -131,11 +140,12 @@ type NetpolicyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyMapSpecs struct {
-	BermCalls      *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops      *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents     *ebpf.MapSpec `ebpf:"berm_events"`
-	BermNetPolicy  *ebpf.MapSpec `ebpf:"berm_net_policy"`
-	BermNetSockets *ebpf.MapSpec `ebpf:"berm_net_sockets"`
+	BermCalls     *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
+	BermNetGens   *ebpf.MapSpec `ebpf:"berm_net_gens"`
+	BermNetPolicy *ebpf.MapSpec `ebpf:"berm_net_policy"`
+	BermNetSlots  *ebpf.MapSpec `ebpf:"berm_net_slots"`
 }
 
 // NetpolicyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -143,6 +153,7 @@ type NetpolicyMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyVariableSpecs struct {
 	UnusedNetEntry  *ebpf.VariableSpec `ebpf:"unused_net_entry"`
+	UnusedNetGen    *ebpf.VariableSpec `ebpf:"unused_net_gen"`
 	UnusedNetKey    *ebpf.VariableSpec `ebpf:"unused_net_key"`
 	UnusedNetPrefix *ebpf.VariableSpec `ebpf:"unused_net_prefix"`
 	UnusedNetSocks  *ebpf.VariableSpec `ebpf:"unused_net_socks"`
@@ -170,11 +181,12 @@ func (o *NetpolicyObjects) Close() error {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyMaps struct {
-	BermCalls      *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops      *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents     *ebpf.Map `ebpf:"berm_events"`
-	BermNetPolicy  *ebpf.Map `ebpf:"berm_net_policy"`
-	BermNetSockets *ebpf.Map `ebpf:"berm_net_sockets"`
+	BermCalls     *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents    *ebpf.Map `ebpf:"berm_events"`
+	BermNetGens   *ebpf.Map `ebpf:"berm_net_gens"`
+	BermNetPolicy *ebpf.Map `ebpf:"berm_net_policy"`
+	BermNetSlots  *ebpf.Map `ebpf:"berm_net_slots"`
 }
 
 func (m *NetpolicyMaps) Close() error {
@@ -182,8 +194,9 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermNetGens,
 		m.BermNetPolicy,
-		m.BermNetSockets,
+		m.BermNetSlots,
 	)
 }
 
@@ -192,6 +205,7 @@ func (m *NetpolicyMaps) Close() error {
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyVariables struct {
 	UnusedNetEntry  *ebpf.Variable `ebpf:"unused_net_entry"`
+	UnusedNetGen    *ebpf.Variable `ebpf:"unused_net_gen"`
 	UnusedNetKey    *ebpf.Variable `ebpf:"unused_net_key"`
 	UnusedNetPrefix *ebpf.Variable `ebpf:"unused_net_prefix"`
 	UnusedNetSocks  *ebpf.Variable `ebpf:"unused_net_socks"`

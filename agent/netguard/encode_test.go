@@ -43,21 +43,24 @@ func compileNet(t testing.TB, mode, egress string) *policy.Compiled {
 	return c
 }
 
-// decideEncoded answers from the encoded trie the way netpolicy.bpf.c does: longest prefix
-// among the keys, then its entries in order, else rule 0.
-func decideEncoded(trie []trieEntry, addr netip.Addr, port uint16, proto uint8) (bool, uint32) {
+// decideEncoded answers from the trie the way netpolicy.bpf.c does for version gen: the longest
+// prefix among the keys that start with gen, then its entries in order, else rule 0.
+func decideEncoded(trie trieEntries, gen uint64, addr netip.Addr, port uint16, proto uint8) (bool, uint32) {
 	a := netip.AddrFrom16(addr.As16())
 	best := -1
-	for i, e := range trie {
-		p := netip.PrefixFrom(netip.AddrFrom16(e.key.Addr), int(e.key.Prefixlen))
-		if p.Contains(a) && (best < 0 || e.key.Prefixlen > trie[best].key.Prefixlen) {
+	for i, k := range trie.keys {
+		if k.Prefixlen < GenBits || uint64(k.Gen[1])<<32|uint64(k.Gen[0]) != gen {
+			continue
+		}
+		p := netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)-GenBits)
+		if p.Contains(a) && (best < 0 || k.Prefixlen > trie.keys[best].Prefixlen) {
 			best = i
 		}
 	}
 	if best < 0 {
 		return false, 0
 	}
-	v := trie[best].val
+	v := trie.vals[best]
 	for _, e := range v.E[:v.N] {
 		if (e.Proto == 0 || e.Proto == proto) && port >= e.PortLo && port <= e.PortHi {
 			return e.Allow == 1, e.Rule
@@ -76,14 +79,35 @@ func TestEncodeTrieDecidesLikePolicy(t *testing.T) {
 `)
 	none := compileNet(t, "enforce", "")
 	tcp, udp := uint8(policy.ProtoTCP), uint8(policy.ProtoUDP)
-	for _, c := range []*policy.Compiled{web, none} {
-		trie, err := encodeTrie(&c.Network)
+	// Both versions live in the one trie, as during a hot reload (and a generation above 32
+	// bits): each must decide as its own policy, never reach the other's keys.
+	versions := []struct {
+		c   *policy.Compiled
+		gen uint64
+	}{{web, 1<<32 | 7}, {none, 8}}
+	var trie trieEntries
+	for _, v := range versions {
+		entries, err := encodeTrie(&v.c.Network, v.gen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(trie) != len(c.Network.Prefixes) {
-			t.Fatalf("%d keys for %d prefixes", len(trie), len(c.Network.Prefixes))
+		if len(entries.keys) != len(v.c.Network.Prefixes) || len(entries.vals) != len(entries.keys) {
+			t.Fatalf("%d keys, %d values for %d prefixes", len(entries.keys), len(entries.vals), len(v.c.Network.Prefixes))
 		}
+		for _, k := range entries.keys {
+			if k != genKey(v.gen, k.Addr, int(k.Prefixlen)-GenBits) || k.Prefixlen > GenBits+128 {
+				t.Fatalf("key %+v not of version %d", k, v.gen)
+			}
+		}
+		trie.keys = append(trie.keys, entries.keys...)
+		trie.vals = append(trie.vals, entries.vals...)
+	}
+	// a generation nobody installed decides nothing: the default deny
+	if allow, rule := decideEncoded(trie, 9, netip.MustParseAddr("93.184.216.34"), 443, uint8(policy.ProtoTCP)); allow || rule != 0 {
+		t.Fatalf("unknown version: allow=%v rule=%d", allow, rule)
+	}
+	for _, v := range versions {
+		c, gen := v.c, v.gen
 		addrs := []string{"93.184.216.34", "::ffff:93.184.216.34", "2606:2800::1", "10.9.9.9", "10.1.2.3",
 			"10.1.0.53", "10.1.255.255", "10.2.0.0", "169.254.169.254", "169.254.169.253", "169.254.0.1",
 			"fe80::1", "fd00:ec2::254", "64:ff9b::a9fe:a9fe", "127.0.0.1", "::1", "0.0.0.0", "::"}
@@ -103,7 +127,7 @@ func TestEncodeTrieDecidesLikePolicy(t *testing.T) {
 			for _, port := range []uint16{0, 22, 53, 80, 443, 7999, 8000, 8050, 8100, 8101, 65535} {
 				for _, proto := range []uint8{tcp, udp} {
 					wantAllow, wantRule := c.Network.Decide(a, port, proto)
-					gotAllow, gotRule := decideEncoded(trie, a, port, proto)
+					gotAllow, gotRule := decideEncoded(trie, gen, a, port, proto)
 					if gotAllow != wantAllow || gotRule != wantRule {
 						t.Fatalf("%s:%d/%d: encoded says allow=%v rule=%d, policy says allow=%v rule=%d",
 							a, port, proto, gotAllow, gotRule, wantAllow, wantRule)
@@ -139,7 +163,7 @@ func TestEncodeRefuses(t *testing.T) {
 		{"too many prefixes", policy.NetPolicy{Prefixes: make([]policy.NetPrefix, MaxPrefixes+1)}, "4097 prefixes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := encodeTrie(&tc.pol)
+			_, err := encodeTrie(&tc.pol, 1)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -210,6 +234,7 @@ func TestContract(t *testing.T) {
 		{"BERM_MAX_NET_ENTRIES", policy.MaxNetEntries},
 		{"BERM_MAX_NET_ENTRIES", len(pv.E)},
 		{"BERM_MAX_NET_PREFIXES", MaxPrefixes},
+		{"BERM_NET_GEN_BITS", GenBits},
 		{"BERM_MAX_SOCK_RULES", MaxSocketRules},
 		{"BERM_MAX_SOCK_RULES", len(sv.R)},
 		{"BERM_CALL_AUDIT", tracer.CallAudit},

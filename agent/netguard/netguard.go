@@ -1,6 +1,15 @@
 // Package netguard enforces a call's egress policy in the kernel: cgroup sock programs
-// (bpf/netpolicy.bpf.c) attached to the call's own cgroup judge connect, unconnected UDP sends
-// and socket() against per-call maps, and report every denial in the shared event ring.
+// (bpf/netpolicy.bpf.c), attached once above the calls' cgroups (or to a call's own), judge
+// connect, unconnected UDP sends and socket() against per-call maps, and report every denial
+// in the shared event ring.
+//
+// A call's policy is a version keyed by a generation number that is never reused: its
+// prefixes in one LPM trie (keys start with the generation), its socket rules in a record,
+// and the call's slot holds the generation in effect in one 8-byte word of an mmapped array.
+// Installing, replacing or removing a policy writes the new version's entries, stores the
+// word atomically, and leaves the old version to a background cleaner that deletes it after an
+// RCU grace period, when no program can still be reading it. No map-in-map entry is written
+// per call: each such update makes the writer wait for a grace period (milliseconds).
 package netguard
 
 import (
@@ -10,10 +19,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
@@ -32,8 +44,14 @@ type Shared struct {
 // Guard is the loaded object; one per node.
 type Guard struct {
 	objs  bpf.NetpolicyObjects
-	trie  *ebpf.MapSpec // inner map template: every trie must match it
 	calls *ebpf.Map
+	gen   atomic.Uint64 // last generation handed out; 0 means none
+
+	mu    sync.Mutex
+	slots []byte                  // berm_net_slots, mmapped: the generation in effect per slot
+	owner [tracer.MaxSlots]uint64 // cgroup whose policy a slot holds, 0: free
+
+	gc gc
 
 	root      string      // cgroup the programs are attached to once (AttachRoot)
 	rootLinks []link.Link // nil: programs are attached per call
@@ -53,12 +71,7 @@ func New(shared Shared) (g *Guard, err error) {
 			return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 		}
 	}
-	outer := spec.Maps["berm_net_policy"]
-	if outer == nil || outer.InnerMap == nil {
-		return nil, errors.New("load netpolicy spec: berm_net_policy has no inner map")
-	}
-	g = &Guard{trie: outer.InnerMap.Copy(), calls: shared.Calls}
-	g.trie.Name = "berm_net_trie"
+	g = &Guard{calls: shared.Calls}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"berm_calls":  shared.Calls,
 		"berm_events": shared.Events,
@@ -72,6 +85,13 @@ func New(shared Shared) (g *Guard, err error) {
 		}
 		return nil, fmt.Errorf("load netpolicy objects: %w", err)
 	}
+	size := (tracer.MaxSlots*8 + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	g.slots, err = unix.Mmap(g.objs.BermNetSlots.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		g.objs.Close()
+		return nil, fmt.Errorf("map berm_net_slots: %w", err)
+	}
+	g.gc.start(g)
 	return g, nil
 }
 
@@ -83,6 +103,13 @@ func (g *Guard) Close() error {
 		errs = append(errs, l.Close())
 	}
 	g.rootLinks = nil
+	errs = append(errs, g.gc.stop())
+	g.mu.Lock()
+	if g.slots != nil {
+		errs = append(errs, unix.Munmap(g.slots))
+		g.slots = nil
+	}
+	g.mu.Unlock()
 	return errors.Join(append(errs, g.objs.Close())...)
 }
 
@@ -143,18 +170,26 @@ func (g *Guard) underRoot(dir string) bool {
 type CallNet struct {
 	g        *Guard
 	cgroupID uint64
+	slot     uint32
 
 	mu     sync.Mutex
-	trie   *ebpf.Map // the inner map in effect; nil until installed
-	socks  bool      // the socket rules are installed
+	held   bool    // this CallNet holds the slot
+	cur    version // the version in effect; gen 0 until installed
 	links  []link.Link
 	closed bool
 }
 
-// Attach installs pol for the call in cgroupDir (cgroup v2 id cgroupID) and attaches the
-// programs to that cgroup. The cgroup must be registered with the tracer first, with the same
-// audit setting: the programs judge registered cgroups only, so attaching to an unregistered
-// one would enforce nothing.
+// version is one installed policy: what the cleaner deletes once it is out of effect.
+type version struct {
+	gen  uint64
+	keys []bpf.NetpolicyBermNetKey
+}
+
+// Attach installs pol for the call in cgroupDir (cgroup v2 id cgroupID) and, unless the
+// programs are attached at a root above it, attaches the programs to that cgroup. The cgroup
+// must be registered with the tracer first, with the same audit setting: the programs judge
+// registered cgroups only, so attaching to an unregistered one would enforce nothing. The
+// policy lives in the call's slot of that registration.
 func (g *Guard) Attach(cgroupDir string, cgroupID uint64, pol *policy.NetPolicy, audit bool) (_ *CallNet, err error) {
 	if pol == nil {
 		return nil, fmt.Errorf("attach network policy to %s: no policy", cgroupDir)
@@ -169,26 +204,30 @@ func (g *Guard) Attach(cgroupDir string, cgroupID uint64, pol *policy.NetPolicy,
 	if registered := cfg.Flags&tracer.CallAudit != 0; registered != audit {
 		return nil, fmt.Errorf("attach network policy to %s: audit=%v but the tracer registered cgroup %d with audit=%v", cgroupDir, audit, cgroupID, registered)
 	}
-	trie, socks, err := g.build(pol)
-	if err != nil {
-		return nil, fmt.Errorf("attach network policy to %s: %w", cgroupDir, err)
+	if cfg.Slot >= tracer.MaxSlots {
+		return nil, fmt.Errorf("attach network policy to %s: slot %d out of range", cgroupDir, cfg.Slot)
 	}
 
-	cn := &CallNet{g: g, cgroupID: cgroupID}
+	cn := &CallNet{g: g, cgroupID: cgroupID, slot: cfg.Slot}
+	g.mu.Lock()
+	if other := g.owner[cn.slot]; other != 0 {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("attach network policy to %s: slot %d holds the policy of cgroup %d", cgroupDir, cn.slot, other)
+	}
+	g.owner[cn.slot], cn.held = cgroupID, true
+	g.mu.Unlock()
 	defer func() {
 		if err != nil {
 			cn.Close()
 		}
 	}()
-	if err := g.objs.BermNetPolicy.Update(cgroupID, trie, ebpf.UpdateNoExist); err != nil {
-		trie.Close()
-		return nil, fmt.Errorf("install network policy of cgroup %d: %w", cgroupID, err)
+
+	v, err := g.install(cgroupID, pol)
+	if err != nil {
+		return nil, fmt.Errorf("attach network policy to %s: %w", cgroupDir, err)
 	}
-	cn.trie = trie
-	if err := g.objs.BermNetSockets.Update(cgroupID, &socks, ebpf.UpdateNoExist); err != nil {
-		return nil, fmt.Errorf("install socket rules of cgroup %d: %w", cgroupID, err)
-	}
-	cn.socks = true
+	g.publish(cn.slot, v.gen)
+	cn.cur = v
 	if g.underRoot(cgroupDir) {
 		return cn, nil // the programs attached at the root judge it already
 	}
@@ -212,32 +251,76 @@ func checkCgroup(dir string, id uint64) error {
 	return nil
 }
 
-// build creates and fills a new trie for pol, not yet visible to any program.
-func (g *Guard) build(pol *policy.NetPolicy) (*ebpf.Map, bpf.NetpolicyBermNetSocks, error) {
-	entries, err := encodeTrie(pol)
+// install writes pol as a new version for cgroupID, not yet in effect for any call. When the
+// maps are full of versions awaiting deletion it waits for the cleaner once and tries again.
+func (g *Guard) install(cgroupID uint64, pol *policy.NetPolicy) (version, error) {
+	v, err := g.tryInstall(cgroupID, pol)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
+		g.gc.flush()
+		v, err = g.tryInstall(cgroupID, pol)
+	}
+	return v, err
+}
+
+func (g *Guard) tryInstall(cgroupID uint64, pol *policy.NetPolicy) (version, error) {
+	v := version{gen: g.gen.Add(1)}
+	entries, err := encodeTrie(pol, v.gen)
 	if err != nil {
-		return nil, bpf.NetpolicyBermNetSocks{}, err
+		return version{}, err
 	}
 	socks, err := encodeSockets(pol)
 	if err != nil {
-		return nil, socks, err
+		return version{}, err
 	}
-	trie, err := ebpf.NewMap(g.trie)
+	n, err := g.fill(entries.keys, entries.vals)
+	v.keys = entries.keys[:n]
 	if err != nil {
-		return nil, socks, fmt.Errorf("create policy trie: %w", err)
+		g.gc.discard(v)
+		return version{}, fmt.Errorf("write policy prefixes: %w", err)
 	}
-	for _, e := range entries {
-		if err := trie.Update(&e.key, &e.val, ebpf.UpdateNoExist); err != nil {
-			trie.Close()
-			return nil, socks, fmt.Errorf("fill policy trie: %w", err)
-		}
+	rec := bpf.NetpolicyBermNetGen{CgroupId: cgroupID, Socks: socks}
+	if err := g.objs.BermNetGens.Update(v.gen, &rec, ebpf.UpdateNoExist); err != nil {
+		g.gc.discard(v)
+		return version{}, fmt.Errorf("write policy record: %w", err)
 	}
-	return trie, socks, nil
+	return v, nil
 }
 
-// Update replaces the call's policy while it runs. The destination policy changes in one
-// step (the call's trie is swapped in a single map update), as do the socket rules (one
-// value); each decision reads one of the two, so none sees a mix of old and new.
+// fill writes the prefixes in one batch where the kernel has batch operations on tries,
+// and returns how many it wrote.
+func (g *Guard) fill(keys []bpf.NetpolicyBermNetKey, vals []bpf.NetpolicyBermNetPrefix) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// the kernel's generic batch takes no NOEXIST flag; the generation makes the keys new
+	n, err := g.objs.BermNetPolicy.BatchUpdate(keys, vals, nil)
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return n, err
+	}
+	for i := range keys {
+		if err := g.objs.BermNetPolicy.Update(&keys[i], &vals[i], ebpf.UpdateNoExist); err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
+}
+
+// publish puts version gen in effect for the call in slot (0: none) in one atomic store: the
+// programs read the word once per decision. The version's entries are written before (the
+// kernel's map updates are ordered before this store), so no decision sees a partial one.
+func (g *Guard) publish(slot uint32, gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.slots == nil {
+		return // the Guard is closed: its maps are gone
+	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&g.slots[slot*8])), gen)
+}
+
+// Update replaces the call's policy while it runs: the new version is written beside the old
+// one and put in effect by one atomic store of the slot's generation, so each decision uses
+// the old version or the new one, never a mix. The old version is deleted in the background
+// once no program can still be reading it.
 func (cn *CallNet) Update(pol *policy.NetPolicy) error {
 	if pol == nil {
 		return fmt.Errorf("update network policy of cgroup %d: no policy", cn.cgroupID)
@@ -247,24 +330,19 @@ func (cn *CallNet) Update(pol *policy.NetPolicy) error {
 	if cn.closed {
 		return fmt.Errorf("update network policy of cgroup %d: closed", cn.cgroupID)
 	}
-	trie, socks, err := cn.g.build(pol)
+	v, err := cn.g.install(cn.cgroupID, pol)
 	if err != nil {
 		return fmt.Errorf("update network policy of cgroup %d: %w", cn.cgroupID, err)
 	}
-	if err := cn.g.objs.BermNetPolicy.Update(cn.cgroupID, trie, ebpf.UpdateExist); err != nil {
-		trie.Close()
-		return fmt.Errorf("swap network policy of cgroup %d: %w", cn.cgroupID, err)
-	}
-	// The kernel holds the old trie until programs running on it are done (RCU).
-	cn.trie.Close()
-	cn.trie = trie
-	if err := cn.g.objs.BermNetSockets.Update(cn.cgroupID, &socks, ebpf.UpdateExist); err != nil {
-		return fmt.Errorf("swap socket rules of cgroup %d: %w", cn.cgroupID, err)
-	}
+	cn.g.publish(cn.slot, v.gen)
+	old := cn.cur
+	cn.cur = v
+	cn.g.gc.discard(old)
 	return nil
 }
 
-// Close detaches the programs and removes the call's policy.
+// Close detaches the programs and removes the call's policy: from now on the slot has none,
+// and its entries are deleted in the background.
 func (cn *CallNet) Close() error {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
@@ -280,17 +358,16 @@ func (cn *CallNet) Close() error {
 	}
 	cn.links = nil
 	// only what this CallNet installed: a failed second Attach must not remove the first's
-	if cn.socks {
-		if err := cn.g.objs.BermNetSockets.Delete(cn.cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("remove socket rules of cgroup %d: %w", cn.cgroupID, err))
-		}
+	if cn.cur.gen != 0 {
+		cn.g.publish(cn.slot, 0)
+		cn.g.gc.discard(cn.cur)
+		cn.cur = version{}
 	}
-	if cn.trie != nil {
-		if err := cn.g.objs.BermNetPolicy.Delete(cn.cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("remove network policy of cgroup %d: %w", cn.cgroupID, err))
-		}
-		errs = append(errs, cn.trie.Close())
-		cn.trie = nil
+	if cn.held {
+		cn.g.mu.Lock()
+		cn.g.owner[cn.slot] = 0
+		cn.g.mu.Unlock()
+		cn.held = false
 	}
 	return errors.Join(errs...)
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/bermsec/berm/sandboxer/policy"
 )
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("attaching cgroup sock programs and creating cgroups needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN): run `sudo make test`")
@@ -49,7 +49,14 @@ type callEnv struct {
 	others  []string // events of the call that were not denials: kinds seen, for messages
 }
 
-func newCall(t *testing.T, audit bool) *callEnv {
+func newCall(t testing.TB, audit bool) *callEnv {
+	t.Helper()
+	return newCallAt(t, audit, false)
+}
+
+// newCallAt is newCall; with underRoot the programs are attached once to a parent cgroup
+// (Guard.AttachRoot, as the agent does) and the call's cgroup is made inside it.
+func newCallAt(t testing.TB, audit, underRoot bool) *callEnv {
 	t.Helper()
 	requireRoot(t)
 	layout, err := cgroup.Detect()
@@ -68,7 +75,22 @@ func newCall(t *testing.T, audit bool) *callEnv {
 	}
 	t.Cleanup(func() { g.Close() })
 
-	c := &callEnv{tr: tr, g: g, dir: filepath.Join(layout.V2, fmt.Sprintf("berm-test-%08x", rand.Uint32()))}
+	parent := layout.V2
+	if underRoot {
+		parent = filepath.Join(layout.V2, fmt.Sprintf("berm-test-root-%08x", rand.Uint32()))
+		if err := os.Mkdir(parent, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := os.Remove(parent); err != nil {
+				t.Errorf("remove test root cgroup: %v", err)
+			}
+		})
+		if err := g.AttachRoot(parent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &callEnv{tr: tr, g: g, dir: filepath.Join(parent, fmt.Sprintf("berm-test-%08x", rand.Uint32()))}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -467,24 +489,148 @@ func TestFailClosed(t *testing.T) {
 	if _, err := c.g.Attach(c.dir, c.id, &w.enforce.Network, false); err == nil {
 		t.Fatal("a second attach to the same call must fail")
 	}
-	if err := c.g.objs.BermNetPolicy.Delete(c.id); err != nil {
+	try := func(what string) {
+		t.Helper()
+		res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort),
+			fmt.Sprintf("udp socket %d %d 0", unix.AF_INET, unix.SOCK_DGRAM))
+		if res["allowed"] != "EPERM" || res["udp"] != "EPERM" {
+			t.Fatalf("%s: connect %q, socket %q; want EPERM for both", what, res["allowed"], res["udp"])
+		}
+		if n := accepted(w.allowLn); n != 0 {
+			t.Errorf("%s: listener accepted %d connections", what, n)
+		}
+	}
+	// the version's record gone: its prefixes are still there, and must not be used
+	var rec bpf.NetpolicyBermNetGen
+	if err := c.g.objs.BermNetGens.LookupAndDelete(cn.cur.gen, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.g.objs.BermNetSockets.Delete(c.id); err != nil {
+	try("without a policy record")
+	if err := c.g.objs.BermNetGens.Put(cn.cur.gen, &rec); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort),
-		fmt.Sprintf("udp socket %d %d 0", unix.AF_INET, unix.SOCK_DGRAM))
-	if res["allowed"] != "EPERM" || res["udp"] != "EPERM" {
-		t.Fatalf("without a policy entry: connect %q, socket %q; want EPERM for both", res["allowed"], res["udp"])
+	// no version in effect for the slot
+	c.g.publish(7, 0)
+	try("without a policy version")
+
+	// the agent may close the Guard before a call's CallNet
+	if err := c.g.Close(); err != nil {
+		t.Fatal(err)
 	}
-	if n := accepted(w.allowLn); n != 0 {
-		t.Errorf("listener accepted %d connections", n)
+	if err := cn.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
+// A slot's next call never gets anything of the previous one's: not its prefixes (even
+// while they await deletion), and a cgroup registered in a slot that holds another cgroup's
+// policy is judged by none.
+func TestSlotReuse(t *testing.T) {
+	a := newCallAt(t, false, true)
+	w := newWorld(t)
+	none := compileNet(t, "enforce", "")
+	cn, err := a.g.Attach(a.dir, a.id, &w.enforce.Network, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := a.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "ok" {
+		t.Fatalf("first call: %q, want ok", res["allowed"])
+	}
+	if err := cn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.tr.Unregister(a.id)
+
+	// the next call in slot 7, a sibling cgroup, attached before the cleaner ran
+	b := &callEnv{tr: a.tr, g: a.g, dir: filepath.Join(filepath.Dir(a.dir), fmt.Sprintf("berm-test-%08x", rand.Uint32()))}
+	if err := os.Mkdir(b.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(b.dir) })
+	var st unix.Stat_t
+	if err := unix.Stat(b.dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	b.id = st.Ino
+	if b.fd, err = unix.Open(b.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(b.fd)
+	if err := a.tr.Register(b.id, tracer.CallConfig{Slot: 7}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.tr.Unregister(b.id)
+	cnB, err := a.g.Attach(b.dir, b.id, &none.Network, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnB.Close()
+	if res, _ := b.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "EPERM" {
+		t.Fatalf("next call in the slot: %q, want EPERM (the previous call's rules leaked)", res["allowed"])
+	}
+	if err := cnB.Update(&w.enforce.Network); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := b.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "ok" {
+		t.Fatalf("next call after reload: %q, want ok", res["allowed"])
+	}
+	if _, err := a.g.Attach(a.dir, a.id, &w.enforce.Network, false); err == nil {
+		t.Fatal("attach of an unregistered cgroup must fail")
+	}
+
+	// the first cgroup registered again in the same slot, without a policy of its own
+	if err := a.tr.Register(a.id, tracer.CallConfig{Slot: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.g.Attach(a.dir, a.id, &w.enforce.Network, false); err == nil || !strings.Contains(err.Error(), "slot 7 holds") {
+		t.Fatalf("attach to a slot that holds another call's policy: %v", err)
+	}
+	if res, _ := a.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "EPERM" {
+		t.Fatalf("cgroup in a slot holding another cgroup's policy: %q, want EPERM", res["allowed"])
+	}
+	if n := accepted(w.allowLn); n != 2 {
+		t.Errorf("listener accepted %d connections, want 2", n)
+	}
+
+	// what is out of effect is deleted: only b's version remains
+	a.g.gc.flush()
+	gens, prefixes := countVersions(t, a.g)
+	if len(gens) != 1 || gens[0] != cnB.cur.gen || prefixes != len(w.enforce.Network.Prefixes) {
+		t.Errorf("after the cleaner: versions %v with %d prefixes; want only %d with %d", gens, prefixes, cnB.cur.gen, len(w.enforce.Network.Prefixes))
+	}
+	cnB.Close()
+	a.g.gc.flush()
+	if gens, prefixes := countVersions(t, a.g); len(gens) != 0 || prefixes != 0 {
+		t.Errorf("after the last close: versions %v, %d prefixes left", gens, prefixes)
+	}
+}
+
+// countVersions lists the policy records and counts the trie's keys.
+func countVersions(t *testing.T, g *Guard) (gens []uint64, prefixes int) {
+	t.Helper()
+	var gen uint64
+	var rec bpf.NetpolicyBermNetGen
+	it := g.objs.BermNetGens.Iterate()
+	for it.Next(&gen, &rec) {
+		gens = append(gens, gen)
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var key bpf.NetpolicyBermNetKey
+	var val bpf.NetpolicyBermNetPrefix
+	it = g.objs.BermNetPolicy.Iterate()
+	for it.Next(&key, &val) {
+		prefixes++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return gens, prefixes
+}
+
 func TestHotReload(t *testing.T) {
-	c := newCall(t, false)
+	c := newCallAt(t, false, true)
 	w := newWorld(t)
 	none := compileNet(t, "enforce", "")
 	cn, err := c.g.Attach(c.dir, c.id, &none.Network, false)

@@ -170,13 +170,20 @@ struct berm_lsm_rule {
 #define BERM_CALL_AUDIT 1          /* berm_call_cfg.flags: record would-be denials, block nothing */
 #endif
 #define BERM_MAX_NET_ENTRIES 64    /* entries one prefix carries: policy.MaxNetEntries */
-#define BERM_MAX_NET_PREFIXES 4096 /* prefixes in one call's trie (allocated on use, not up front) */
+#define BERM_MAX_NET_PREFIXES 4096 /* prefixes of one call's policy (trie entries allocated on use) */
 #define BERM_MAX_SOCK_RULES 16     /* socket(family, type) pairs one call may create */
 #define BERM_NR_SOCKET 41          /* berm_deny.nr of a refused socket(): x86-64 __NR_socket */
 
-/* LPM trie key: every address as IPv6, IPv4 as IPv4-mapped (::ffff:a.b.c.d, prefixlen 96+n). */
+#define BERM_NET_GEN_BITS 64        /* berm_net_key.prefixlen counts the generation first */
+
+/*
+ * LPM trie key: a policy version's generation, then every address as IPv6, IPv4 as
+ * IPv4-mapped (::ffff:a.b.c.d). prefixlen = BERM_NET_GEN_BITS + the address prefix's length
+ * (96+n for IPv4): the generation always matches whole, so versions never see each other's keys.
+ */
 struct berm_net_key {
 	__u32 prefixlen;
+	__u32 gen[2];    /* the generation's bytes in host order (a __u64 split for alignment) */
 	__u8 addr[16];
 };
 
@@ -210,6 +217,17 @@ struct berm_net_socks {
 	__u32 n;
 	__u32 pad;
 	struct berm_sock_rule r[BERM_MAX_SOCK_RULES];
+};
+
+/*
+ * One version of one call's network policy, the value of berm_net_gens (key: its generation,
+ * never reused). The generation a call's slot points to names the call's prefixes in the trie
+ * and this record; the record names the cgroup it was installed for, so a slot's generation
+ * never judges another cgroup.
+ */
+struct berm_net_gen {
+	__u64 cgroup_id;
+	struct berm_net_socks socks;
 };
 
 #endif /* BERM_H */
