@@ -9,13 +9,14 @@ import (
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/landlock"
 	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
 // callEnv is a policy compiled for one call: what the init enforces and what the agent needs
 // to name denials.
 type callEnv struct {
 	compiled   *policy.Compiled
-	init       initConfig
+	init       sandboxinit.Config
 	callPolicy *agent.CallPolicy
 	traced     []uint32
 }
@@ -43,7 +44,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	}
 	plan := planRoot(spec.Policy, c, spec.Workspace)
 	env := &callEnv{compiled: c}
-	env.init = initConfig{
+	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
 		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,

@@ -9,34 +9,16 @@ import (
 
 	"github.com/bermsec/berm/sandboxer/landlock"
 	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
-
-// bind is one path of the host the call's root shows.
-type bind struct {
-	Path     string `json:"path"`
-	Writable bool   `json:"writable,omitempty"`
-	Link     string `json:"link,omitempty"` // the host path is a symlink to this: recreate it
-}
-
-// rootPlan is the call's file system: what the policy grants, nothing else. The init builds it
-// on a fresh tmpfs and pivots into it; Landlock then narrows it further per path.
-type rootPlan struct {
-	Binds   []bind   `json:"binds"`
-	Devices []string `json:"devices"` // /dev entries bound from the host
-	// Masked are mount points of the host inside the workspace. The workspace is bound without
-	// its sub-mounts, so the call would see the plain directories underneath; removing one of
-	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
-	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
-	Masked []string `json:"masked"`
-}
 
 // grantedDevices are the /dev entries a policy may name.
 var grantedDevices = map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev/full": true, "/dev/random": true, "/dev/urandom": true, "/dev/tty": true}
 
 // planRoot derives the call's root from the policy's grants (before canonicalisation, so that
 // /bin → usr/bin stays a symlink) and the compiled Landlock ruleset's write rights.
-func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) rootPlan {
-	var plan rootPlan
+func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) sandboxinit.RootPlan {
+	var plan sandboxinit.RootPlan
 	seen := map[string]bool{}
 	fs := p.Spec.Filesystem
 	var all []string
@@ -61,7 +43,7 @@ func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) rootPlan {
 			continue
 		}
 		seen[g] = true
-		b := bind{Path: g}
+		b := sandboxinit.Bind{Path: g}
 		if fi, err := os.Lstat(g); err != nil {
 			continue // the compiler reported it as skipped
 		} else if fi.Mode()&os.ModeSymlink != 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
 // Spec describes one call.
@@ -42,8 +43,8 @@ type Spec struct {
 	Traced         []uint32 // syscalls with individual events, on top of the policy's
 	Stdin          *os.File
 	Stdout, Stderr io.Writer
-	// Self is the berm binary, re-executed as the sandbox's init.
-	Self string
+	// Init is the sandbox init binary: berm-init, or berm itself (re-executed as berm-init).
+	Init string
 	// PolicyFile, when set, is watched while the call runs: a change to its network section
 	// is applied to the running call atomically (other sections apply to the next call).
 	PolicyFile string
@@ -234,7 +235,7 @@ func (l *launch) run() agent.Result {
 		flags |= unix.CLONE_NEWNET
 	}
 	cmd := &exec.Cmd{
-		Path: spec.Self, Args: []string{InitArg0}, Env: []string{},
+		Path: spec.Init, Args: []string{sandboxinit.Arg0}, Env: []string{},
 		Stdin: stdin, Stdout: outW, Stderr: errW,
 		ExtraFiles: []*os.File{cfgR, statW, goR},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -293,7 +294,7 @@ func (l *launch) run() agent.Result {
 	waitErr := cmd.Wait()
 	close(done)
 
-	var st initStatus
+	var st sandboxinit.Status
 	statData, _ := io.ReadAll(statR)
 	_ = json.Unmarshal(statData, &st)
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
 const usage = `berm — sandbox, trace and audit AI tool calls
@@ -21,8 +21,8 @@ every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists
 
 func main() {
 	// The sandbox init is this binary, re-executed inside the call's namespaces.
-	if len(os.Args) > 0 && os.Args[0] == sandboxer.InitArg0 {
-		sandboxer.InitMain()
+	if len(os.Args) > 0 && os.Args[0] == sandboxinit.Arg0 {
+		sandboxinit.Main()
 		return
 	}
 	if len(os.Args) < 2 {

@@ -126,8 +126,8 @@ func cmdRun(args []string) int {
 			return fail("%v", err)
 		}
 	}
-	if spec.Self, err = os.Executable(); err != nil {
-		return fail("find own binary: %v", err)
+	if spec.Init, err = initBinary(); err != nil {
+		return fail("%v", err)
 	}
 	for _, n := range traced {
 		nr, err := event.SyscallNumber(n)
@@ -218,6 +218,24 @@ func cmdRun(args []string) int {
 		}
 	}
 	return out.ExitStatus
+}
+
+// initBinary is berm-init beside this binary, or this binary (which serves as the init when
+// re-executed under that name): the small one starts faster, once per call.
+func initBinary() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own binary: %w", err)
+	}
+	if p := filepath.Join(filepath.Dir(self), "berm-init"); isExecutable(p) {
+		return p, nil
+	}
+	return self, nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 func cgroupDir(start event.CallStart) string {

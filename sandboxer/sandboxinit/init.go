@@ -1,4 +1,8 @@
-package sandboxer
+// Package sandboxinit is the first process of every tool call: it runs inside the call's fresh
+// namespaces and cgroup, builds the call's root, applies Landlock and seccomp, and starts the
+// tool as pid 2, reaping orphans as pid 1 until the tool ends. It is its own small binary
+// (cmd/berm-init) because it starts once per call: a process that links less starts faster.
+package sandboxinit
 
 import (
 	"encoding/json"
@@ -18,13 +22,32 @@ import (
 	"github.com/bermsec/berm/sandboxer/seccomp"
 )
 
-// InitArg0 is argv[0] of the sandbox's init: the berm binary re-executed inside the call's
-// fresh namespaces (and already inside its cgroup), before the tool is started.
-const InitArg0 = "berm-init"
+// Arg0 is argv[0] of the sandbox's init: berm-init, or the berm binary re-executed under this
+// name when berm-init is not installed beside it.
+const Arg0 = "berm-init"
 
-// initConfig is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
+// Bind is one path of the host the call's root shows.
+type Bind struct {
+	Path     string `json:"path"`
+	Writable bool   `json:"writable,omitempty"`
+	Link     string `json:"link,omitempty"` // the host path is a symlink to this: recreate it
+}
+
+// RootPlan is the call's file system: what the policy grants, nothing else. The init builds it
+// on a fresh tmpfs and pivots into it; Landlock then narrows it further per path.
+type RootPlan struct {
+	Binds   []Bind   `json:"binds"`
+	Devices []string `json:"devices"` // /dev entries bound from the host
+	// Masked are mount points of the host inside the workspace. The workspace is bound without
+	// its sub-mounts, so the call would see the plain directories underneath; removing one of
+	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
+	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
+	Masked []string `json:"masked"`
+}
+
+// Config is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
 // start the tool: the launcher sends it once the init is in the call's v1 cgroups.
-type initConfig struct {
+type Config struct {
 	Argv      []string `json:"argv"`
 	Env       []string `json:"env"`
 	Workspace string   `json:"workspace"`
@@ -33,7 +56,7 @@ type initConfig struct {
 	UID       uint32   `json:"uid"`
 	GID       uint32   `json:"gid"`
 	NewNet    bool     `json:"new_net"`
-	Root      rootPlan `json:"root"`
+	Root      RootPlan `json:"root"`
 	// HostRoot keeps the host's file system view (audit mode: the mount layer cannot only
 	// report, so it steps aside; /tmp is still private and the workspace still bound).
 	HostRoot bool `json:"host_root,omitempty"`
@@ -43,8 +66,8 @@ type initConfig struct {
 	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
 }
 
-// initStatus is what the init reports over fd 4 when the tool has ended.
-type initStatus struct {
+// Status is what the init reports over fd 4 when the tool has ended.
+type Status struct {
 	Started bool   `json:"started"`
 	Exited  bool   `json:"exited"`
 	Code    int    `json:"code"`
@@ -52,47 +75,47 @@ type initStatus struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// InitMain is the sandbox init. It never returns.
-func InitMain() {
+// Main is the sandbox init. It never returns.
+func Main() {
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
 	status := os.NewFile(4, "status")
-	report := func(st initStatus, code int) {
+	report := func(st Status, code int) {
 		_ = json.NewEncoder(status).Encode(st)
 		os.Exit(code)
 	}
 	cfgData, err := io.ReadAll(os.NewFile(3, "config"))
 	if err != nil {
-		report(initStatus{Error: "read config: " + err.Error()}, 125)
+		report(Status{Error: "read config: " + err.Error()}, 125)
 	}
-	var cfg initConfig
+	var cfg Config
 	if err := json.Unmarshal(cfgData, &cfg); err != nil || len(cfg.Argv) == 0 {
 		// The launcher closed without a config: it failed to set the call up. Nothing to run.
-		report(initStatus{Error: "no configuration from launcher"}, 125)
+		report(Status{Error: "no configuration from launcher"}, 125)
 	}
 	if err := setupMounts(&cfg); err != nil {
-		report(initStatus{Error: err.Error()}, 125)
+		report(Status{Error: err.Error()}, 125)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		report(initStatus{Error: "sethostname: " + err.Error()}, 125)
+		report(Status{Error: "sethostname: " + err.Error()}, 125)
 	}
 	if cfg.NewNet {
 		if err := loopbackUp(); err != nil {
-			report(initStatus{Error: err.Error()}, 125)
+			report(Status{Error: err.Error()}, 125)
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		report(initStatus{Error: "no_new_privs: " + err.Error()}, 125)
+		report(Status{Error: "no_new_privs: " + err.Error()}, 125)
 	}
 	// From here on the init is as confined as the tool will be: whatever fails closes the call.
 	if cfg.Landlock != nil {
 		if err := landlock.Restrict(*cfg.Landlock); err != nil {
-			report(initStatus{Error: "landlock: " + err.Error()}, 125)
+			report(Status{Error: "landlock: " + err.Error()}, 125)
 		}
 	}
 	if len(cfg.Seccomp) > 0 {
 		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
-			report(initStatus{Error: "seccomp: " + err.Error()}, 125)
+			report(Status{Error: "seccomp: " + err.Error()}, 125)
 		}
 	}
 
@@ -100,11 +123,11 @@ func InitMain() {
 	// the tool, and everything it forks, starts only once that is done.
 	var goByte [1]byte
 	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
-		report(initStatus{Error: "launcher did not let the call start"}, 125)
+		report(Status{Error: "launcher did not let the call start"}, 125)
 	}
 	path, err := lookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
-		report(initStatus{Error: err.Error(), Exited: true, Code: 127}, 127)
+		report(Status{Error: err.Error(), Exited: true, Code: 127}, 127)
 	}
 	cmd := &exec.Cmd{
 		Path: path, Args: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace,
@@ -114,7 +137,7 @@ func InitMain() {
 		},
 	}
 	if err := cmd.Start(); err != nil {
-		report(initStatus{Error: err.Error(), Exited: true, Code: 126}, 126)
+		report(Status{Error: err.Error(), Exited: true, Code: 126}, 126)
 	}
 	tool := cmd.Process.Pid
 	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends;
@@ -126,12 +149,12 @@ func InitMain() {
 			continue
 		}
 		if err != nil {
-			report(initStatus{Started: true, Error: "wait: " + err.Error()}, 125)
+			report(Status{Started: true, Error: "wait: " + err.Error()}, 125)
 		}
 		if pid != tool {
 			continue
 		}
-		st := initStatus{Started: true}
+		st := Status{Started: true}
 		if ws.Signaled() {
 			st.Signal = int(ws.Signal())
 			report(st, 128+st.Signal)
@@ -141,7 +164,7 @@ func InitMain() {
 	}
 }
 
-func setupMounts(cfg *initConfig) error {
+func setupMounts(cfg *Config) error {
 	// Nothing mounted in here propagates to the host, and nothing the host mounts later
 	// appears here.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -247,7 +270,7 @@ func setupMounts(cfg *initConfig) error {
 
 // hostRootMounts is audit mode's view: the host's root, a private /tmp and /proc, the
 // workspace bound at its path.
-func hostRootMounts(cfg *initConfig, ws int) error {
+func hostRootMounts(cfg *Config, ws int) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
 	}
