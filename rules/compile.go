@@ -550,6 +550,15 @@ func (c *compiler) syscallNames(e ast.Expr) (names []string, constrained bool) {
 		}
 		return nil, false
 	case "_==_":
+		// kind == "exec" (any kind but syscall) lets no syscall event through.
+		for i := 0; i < 2; i++ {
+			k, lit := args[i], args[1-i]
+			if k.Kind() == ast.IdentKind && k.AsIdent() == "kind" && lit.Kind() == ast.LiteralKind {
+				if s, ok := lit.AsLiteral().(types.String); ok && string(s) != string(event.KindSyscall) {
+					return []string{}, true
+				}
+			}
+		}
 		if isSyscallName(args[0]) && args[1].Kind() == ast.LiteralKind {
 			if s, ok := args[1].AsLiteral().(types.String); ok {
 				return []string{string(s)}, true

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -252,5 +253,23 @@ func TestIndex(t *testing.T) {
 	}
 	if b := set.candidates(&event.Event{Kind: event.KindExit, Exit: &event.Exit{}}); b != nil && len(b.rules) > 0 {
 		t.Errorf("rules on exit events: %d", len(b.rules))
+	}
+}
+
+// A kind test in one branch of an OR keeps the other branch's syscall names as the rule's
+// index: exec-from-writable-dir is evaluated on execve/execveat only, not on every syscall.
+func TestIndexKindBranch(t *testing.T) {
+	set, err := Shipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := set.Rule("exec-from-writable-dir")
+	if r == nil {
+		t.Fatal("rule not shipped")
+	}
+	got := append([]string(nil), r.Syscalls...)
+	sort.Strings(got)
+	if strings.Join(got, ",") != "execve,execveat" {
+		t.Fatalf("syscall index %v, want [execve execveat]", r.Syscalls)
 	}
 }
