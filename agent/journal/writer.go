@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"

@@ -58,6 +58,10 @@ func New(shared Shared) (_ *LSM, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load lsm spec: %w", err)
 	}
+	// The shared ring is sized by the tracer at load time: match it.
+	if ev := spec.Maps["berm_events"]; ev != nil {
+		ev.MaxEntries = shared.Events.MaxEntries()
+	}
 	if err := spec.Variables["wakeup_bytes"].Set(shared.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}

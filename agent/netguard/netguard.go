@@ -66,6 +66,10 @@ func New(shared Shared) (g *Guard, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load netpolicy spec: %w", err)
 	}
+	// The shared ring is sized by the tracer at load time: match it.
+	if ev := spec.Maps["berm_events"]; ev != nil {
+		ev.MaxEntries = shared.Events.MaxEntries()
+	}
 	if shared.WakeupBytes != 0 {
 		if err := spec.Variables["wakeup_bytes"].Set(shared.WakeupBytes); err != nil {
 			return nil, fmt.Errorf("set wakeup_bytes: %w", err)

@@ -27,8 +27,9 @@ type Config struct {
 	WakeupBytes uint64
 }
 
-// DefaultConfig is a 4 MiB ring with wake-ups every 64 KiB.
-var DefaultConfig = Config{RingBytes: 4 << 20, WakeupBytes: 64 << 10}
+// DefaultConfig is a 16 MiB ring (about 50k open events: bursts of a busy tool while the
+// reader shares the CPU) with wake-ups every 64 KiB.
+var DefaultConfig = Config{RingBytes: 16 << 20, WakeupBytes: 64 << 10}
 
 // Tracer holds the loaded, attached objects.
 type Tracer struct {
@@ -65,6 +66,7 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load syscalls spec: %w", err)
 	}
+	sysSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
 	if err := sysSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
