@@ -330,7 +330,7 @@ func (a *Agent) killFatal(c *Call, name string) {
 		return
 	}
 	c.killed = "fatal syscall attempted: " + name + " (spec.syscalls.fatal)"
-	if err := os.WriteFile(filepath.Join(c.cgroupDir, "cgroup.kill"), []byte("1"), 0); err != nil {
+	if err := cgroup.Kill(c.cgroupDir); err != nil {
 		a.log.Error("kill call on fatal syscall", "call_id", c.Start.CallID, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"os"
 	"strings"
@@ -73,4 +74,18 @@ func fingerprint(paths []string) string {
 		fmt.Fprintf(&b, "%s:%d:%d;", f, st.Size(), st.ModTime().UnixNano())
 	}
 	return b.String()
+}
+
+// Start loads the shipped ruleset plus paths into a new engine (metrics on reg, which may be
+// nil) and, when paths are given, keeps them reloaded until ctx ends.
+func Start(ctx context.Context, paths []string, reg prometheus.Registerer, log *slog.Logger) (*Engine, error) {
+	set, err := LoadWithShipped(paths...)
+	if err != nil {
+		return nil, err
+	}
+	eng := NewEngine(set, reg)
+	if len(paths) > 0 {
+		go WatchWithShipped(ctx, paths, eng, log)
+	}
+	return eng, nil
 }

@@ -1,7 +1,6 @@
 package sandboxer
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,20 +66,13 @@ const writeRights = landlock.WriteFile | landlock.MakeReg | landlock.MakeDir | l
 
 // mountsUnder lists the host's mount points strictly inside dir.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		m := unescapeOctal(fields[4])
-		if m != dir && strings.HasPrefix(m, dir+"/") {
+	for _, line := range strings.Split(string(data), "\n") {
+		if m, ok := policy.MountPointOf(line); ok && strings.HasPrefix(m, dir+"/") {
 			out = append(out, m)
 		}
 	}
@@ -98,46 +90,10 @@ func sandboxMountInfo(workspace string) string {
 	}
 	var keep []string
 	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) >= 5 {
-			m := unescapeOctal(fields[4])
-			if m != workspace && strings.HasPrefix(m, workspace+"/") || strings.HasPrefix(m, "/tmp/") {
-				continue
-			}
+		if m, ok := policy.MountPointOf(line); ok && (strings.HasPrefix(m, workspace+"/") || strings.HasPrefix(m, "/tmp/")) {
+			continue
 		}
 		keep = append(keep, line)
 	}
 	return strings.Join(keep, "\n")
-}
-
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, ok := octal(s[i+1 : i+4]); ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func octal(s string) (byte, bool) {
-	if len(s) != 3 {
-		return 0, false
-	}
-	var v int
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, false
-		}
-		v = v*8 + int(c-'0')
-	}
-	return byte(v), true
 }

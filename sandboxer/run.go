@@ -262,27 +262,25 @@ func (l *launch) run() agent.Result {
 	copiers.Add(2)
 	go l.copyOutput(&copiers, outR, spec.Stdout)
 	go l.copyOutput(&copiers, errR, spec.Stderr)
-
-	if err := json.NewEncoder(cfgW).Encode(l.env.init); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		copiers.Wait()
-		return fail(fmt.Errorf("configure sandbox init: %w", err))
-	}
-	cfgW.Close()
-	// While the init sets up mounts, Landlock and seccomp, place it in the v1 cgroups (a
-	// migration costs a few ms on v1); only then may it start the tool.
-	if err := l.cg.JoinV1(cmd.Process.Pid); err != nil {
+	// abort ends a call whose init started but could not be set up.
+	abort := func(err error) agent.Result {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		copiers.Wait()
 		return fail(err)
 	}
+
+	if err := json.NewEncoder(cfgW).Encode(l.env.init); err != nil {
+		return abort(fmt.Errorf("configure sandbox init: %w", err))
+	}
+	cfgW.Close()
+	// While the init sets up mounts, Landlock and seccomp, place it in the v1 cgroups (a
+	// migration costs a few ms on v1); only then may it start the tool.
+	if err := l.cg.JoinV1(cmd.Process.Pid); err != nil {
+		return abort(err)
+	}
 	if _, err := goW.Write([]byte{1}); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		copiers.Wait()
-		return fail(fmt.Errorf("start the call: %w", err))
+		return abort(fmt.Errorf("start the call: %w", err))
 	}
 	goW.Close()
 

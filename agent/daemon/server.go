@@ -16,6 +16,7 @@ import (
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/cgroup"
 )
 
 // Server serves the control socket.
@@ -155,26 +156,12 @@ func (s *Server) handle(conn *net.UnixConn) {
 func (s *Server) lost(call *agent.Call, cgroupDir string, cause error) {
 	detail := fmt.Sprintf("client connection lost: %v", cause)
 	if cgroupDir != "" {
-		for i := 0; i < 500; i++ {
-			data, err := os.ReadFile(filepath.Join(cgroupDir, "cgroup.events"))
-			if err != nil || !containsPopulated(data) {
-				break
-			}
-			_ = os.WriteFile(filepath.Join(cgroupDir, "cgroup.kill"), []byte("1"), 0)
-			time.Sleep(10 * time.Millisecond)
+		if err := cgroup.KillAndWait(cgroupDir, 5*time.Second); err != nil {
+			s.Log.Error("kill lost call", "call_id", call.Start.CallID, "err", err)
 		}
 	}
 	if _, err := s.Agent.End(call, agent.Result{Reason: event.EndClientLost, Detail: detail, ExitStatus: 137}); err != nil {
 		s.Log.Error("end lost call", "call_id", call.Start.CallID, "err", err)
 	}
 	s.Log.Warn("call client lost", "call_id", call.Start.CallID, "cause", cause)
-}
-
-func containsPopulated(b []byte) bool {
-	for i := 0; i+11 <= len(b); i++ {
-		if string(b[i:i+11]) == "populated 1" {
-			return true
-		}
-	}
-	return false
 }

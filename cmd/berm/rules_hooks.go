@@ -38,16 +38,12 @@ func loadRunRules(paths []string, none bool, log *slog.Logger) (agent.Evaluator,
 	if none {
 		return nil, func() {}, nil
 	}
-	set, err := rules.LoadWithShipped(paths...)
+	ctx, cancel := context.WithCancel(context.Background())
+	eng, err := rules.Start(ctx, paths, nil, log)
 	if err != nil {
+		cancel()
 		return nil, nil, fmt.Errorf("rules: %w", err)
 	}
-	eng := rules.NewEngine(set, nil)
-	if len(paths) == 0 {
-		return eng, func() {}, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go rules.WatchWithShipped(ctx, paths, eng, log)
 	return eng, cancel, nil
 }
 

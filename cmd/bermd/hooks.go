@@ -17,15 +17,11 @@ func startRules(ctx context.Context, log *slog.Logger, reg prometheus.Registerer
 	if none {
 		return nil, nil
 	}
-	set, err := rules.LoadWithShipped(paths...)
+	eng, err := rules.Start(ctx, paths, reg, log)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
-	eng := rules.NewEngine(set, reg)
-	if len(paths) > 0 {
-		go rules.WatchWithShipped(ctx, paths, eng, log)
-	}
-	log.Info("rules loaded", "rules", set.Len(), "files", paths)
+	log.Info("rules loaded", "rules", eng.Set().Len(), "files", paths)
 	return eng, nil
 }
 

@@ -276,38 +276,44 @@ func (cg *Cgroup) JoinV1(pid int) error {
 
 // Kill kills every process of the call (cgroup.kill), including ones that left the session,
 // double-forked or are stopped.
-func (cg *Cgroup) Kill() error {
-	if err := write(cg.V2, "cgroup.kill", "1"); err != nil {
+func (cg *Cgroup) Kill() error { return Kill(cg.V2) }
+
+// KillAndWait kills the call and waits until its cgroup is empty.
+func (cg *Cgroup) KillAndWait(timeout time.Duration) error { return KillAndWait(cg.V2, timeout) }
+
+// Kill kills every process in the cgroup v2 directory dir.
+func Kill(dir string) error {
+	if err := write(dir, "cgroup.kill", "1"); err != nil {
 		return fmt.Errorf("kill call: %w", err)
 	}
 	return nil
 }
 
-// Populated reports whether any process is left in the call's cgroup.
-func (cg *Cgroup) Populated() (bool, error) {
-	data, err := os.ReadFile(filepath.Join(cg.V2, "cgroup.events"))
+// Populated reports whether any process is left in the cgroup v2 directory dir.
+func Populated(dir string) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return false, fmt.Errorf("read cgroup.events: %w", err)
 	}
 	return bytes.Contains(data, []byte("populated 1")), nil
 }
 
-// KillAndWait kills the call and waits until its cgroup is empty.
-func (cg *Cgroup) KillAndWait(timeout time.Duration) error {
+// KillAndWait kills every process in dir and waits until it is empty.
+func KillAndWait(dir string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		pop, err := cg.Populated()
+		pop, err := Populated(dir)
 		if err != nil {
 			return err
 		}
 		if !pop {
 			return nil
 		}
-		if err := cg.Kill(); err != nil {
+		if err := Kill(dir); err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("call cgroup %s still populated after %s", cg.V2, timeout)
+			return fmt.Errorf("call cgroup %s still populated after %s", dir, timeout)
 		}
 		time.Sleep(200 * time.Microsecond)
 	}

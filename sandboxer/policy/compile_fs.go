@@ -291,13 +291,20 @@ func split(set map[string]uint64, dir, deny string, acc uint64) error {
 func parseMountPoints(mountinfo string) []string {
 	var out []string
 	for line := range strings.SplitSeq(mountinfo, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
+		if m, ok := MountPointOf(line); ok {
+			out = append(out, m)
 		}
-		out = append(out, unescapeMount(f[4]))
 	}
 	return out
+}
+
+// MountPointOf returns the mount point (field 5) of one mountinfo line, unescaped.
+func MountPointOf(line string) (string, bool) {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		return "", false
+	}
+	return unescapeMount(f[4]), true
 }
 
 // unescapeMount undoes the kernel's octal escapes (\040 for a space, ...).

@@ -219,31 +219,21 @@ func setupMounts(cfg *Config) error {
 	if err := os.Mkdir(in("/proc"), 0o555); err != nil {
 		return err
 	}
-	if err := unix.Mount("proc", in("/proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
+	if err := mountProc(in("/proc")); err != nil {
+		return err
 	}
 	if err := os.Mkdir(in("/tmp"), 0o1777); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)
-	if err := unix.Mount("tmpfs", in("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount private /tmp: %w", err)
+	if err := mountTmp(in("/tmp"), cfg.TmpBytes); err != nil {
+		return err
 	}
-	// The workspace, bound without its sub-mounts, at its own path; parents made here exist
-	// only in this root, and the tool must be able to traverse them.
-	if err := os.MkdirAll(in(cfg.Workspace), 0o755); err != nil {
-		return fmt.Errorf("workspace mount point %s: %w", cfg.Workspace, err)
+	// The workspace at its own path (after /tmp: it may live under it), its sub-mounts masked.
+	if err := bindWorkspace(ws, in(cfg.Workspace), cfg.Workspace); err != nil {
+		return err
 	}
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), in(cfg.Workspace), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind workspace %s: %w", cfg.Workspace, err)
-	}
-	if err := unix.Mount("", in(cfg.Workspace), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount workspace nosuid: %w", err)
-	}
-	for _, m := range cfg.Root.Masked {
-		if err := unix.Mount("berm-masked", in(m), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
-			return fmt.Errorf("mask sub-mount %s of the workspace: %w", m, err)
-		}
+	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
+		return err
 	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
@@ -271,21 +261,55 @@ func setupMounts(cfg *Config) error {
 // hostRootMounts is audit mode's view: the host's root, a private /tmp and /proc, the
 // workspace bound at its path.
 func hostRootMounts(cfg *Config, ws int) error {
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mountProc("/proc"); err != nil {
+		return err
+	}
+	if err := mountTmp("/tmp", cfg.TmpBytes); err != nil {
+		return err
+	}
+	if err := bindWorkspace(ws, cfg.Workspace, cfg.Workspace); err != nil {
+		return err
+	}
+	return maskSubmounts("/", cfg.Root.Masked)
+}
+
+// mountProc mounts a procfs of the call's pid namespace at dir.
+func mountProc(dir string) error {
+	if err := unix.Mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc for the call's pid namespace: %w", err)
 	}
-	opts := fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)
-	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	return nil
+}
+
+// mountTmp mounts the call's private, size-capped /tmp at dir.
+func mountTmp(dir string, size int64) error {
+	opts := fmt.Sprintf("size=%d,mode=1777", size)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
-	if err := os.MkdirAll(cfg.Workspace, 0o755); err != nil {
-		return fmt.Errorf("workspace mount point %s: %w", cfg.Workspace, err)
+	return nil
+}
+
+// bindWorkspace binds the held workspace (fd ws) at dst without its sub-mounts; parents made
+// here exist only in the call's view, and the tool must be able to traverse them.
+func bindWorkspace(ws int, dst, name string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("workspace mount point %s: %w", name, err)
 	}
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), cfg.Workspace, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind workspace %s: %w", cfg.Workspace, err)
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind workspace %s: %w", name, err)
 	}
-	for _, m := range cfg.Root.Masked {
-		if err := unix.Mount("berm-masked", m, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount workspace nosuid: %w", err)
+	}
+	return nil
+}
+
+// maskSubmounts covers each host mount point inside the workspace (under root) with an empty
+// read-only tmpfs.
+func maskSubmounts(root string, masked []string) error {
+	for _, m := range masked {
+		if err := unix.Mount("berm-masked", filepath.Join(root, m), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil {
 			return fmt.Errorf("mask sub-mount %s of the workspace: %w", m, err)
 		}
 	}
