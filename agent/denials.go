@@ -20,7 +20,9 @@ type CallPolicy struct {
 	Workspace string
 	Deny      []string // the policy's deny entries, placeholders substituted, for attribution
 	Masked    []string // host mount points inside the workspace, masked in the call
-	Roots     []string // top-level trees the call's root shows (binds), for "not in the root"
+	// MaskedLinks are workspace files that are hard links to files outside it, masked.
+	MaskedLinks []string
+	Roots       []string // top-level trees the call's root shows (binds), for "not in the root"
 }
 
 func (p *CallPolicy) audit() bool { return p.Compiled.Mode == policy.Audit }
@@ -53,6 +55,15 @@ func (p *CallPolicy) resolve(path string, dirfd int32) (string, bool) {
 func (p *CallPolicy) masked(path string) bool {
 	for _, m := range p.Masked {
 		if path == m || strings.HasPrefix(path, m+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *CallPolicy) maskedLink(path string) bool {
+	for _, m := range p.MaskedLinks {
+		if path == m {
 			return true
 		}
 	}
@@ -134,6 +145,8 @@ func (p *CallPolicy) judge(ev *event.Event) *event.Denial {
 	audit := p.audit()
 	fs := func(path string, need uint64, ret int64) *event.Denial {
 		switch {
+		case p.maskedLink(path):
+			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "hard link to a file outside the workspace (masked)", Object: path, Audit: audit}
 		case p.masked(path) && (ret < 0 || audit):
 			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
 		case ret == -int64(unix.EROFS) && !audit:

@@ -55,7 +55,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	} else {
 		env.init.HostRoot = true
 	}
-	cp := &agent.CallPolicy{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked}
+	cp := &agent.CallPolicy{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, MaskedLinks: plan.MaskedLinks}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {
 		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
 		cp.Deny = append(cp.Deny, filepath.Clean(d))

@@ -269,3 +269,34 @@ id -u`, host.Process.Pid, host.Process.Pid)
 		t.Errorf("privilege gained: %s, uid %s", lines[3], lines[4])
 	}
 }
+
+// A hard link in the workspace to a file elsewhere does not lend the workspace's rights to
+// that file; links whose every name is inside the workspace stay usable.
+func TestHardLinkOutOfWorkspaceMasked(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	secret := filepath.Join(filepath.Dir(ws), "secret.txt")
+	os.WriteFile(secret, []byte("top secret\n"), 0o644)
+	os.Chown(secret, 65534, 65534) // even a file the tool's uid owns: it is not the workspace's
+	if err := os.Link(secret, filepath.Join(ws, "innocent.txt")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("mine\n"), 0o644)
+	os.Link(filepath.Join(ws, "a.txt"), filepath.Join(ws, "b.txt"))
+	os.Chown(filepath.Join(ws, "a.txt"), 65534, 65534)
+	r := run(t, state, "--call-id", "hardlink", "--workspace", ws, "--", "sh", "-c",
+		`cat innocent.txt; echo "read=$?"; echo pwned > innocent.txt; echo "write=$?"; cat b.txt`)
+	if strings.Contains(r.Stdout, "top secret") || !strings.Contains(r.Stdout, "read=1") || !strings.Contains(r.Stdout, "write=") || strings.Contains(r.Stdout, "write=0") {
+		t.Fatalf("the hard link reached the file outside the workspace:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stdout, "mine") {
+		t.Errorf("a hard link inside the workspace became unusable:\n%s", r.Stdout)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "top secret\n" {
+		t.Fatalf("the outside file changed: %q", b)
+	}
+	tl := bermbin.Timeline(t, state, "hardlink")
+	if findDenial(tl.Events, "mount", "/innocent.txt", false) == nil {
+		t.Errorf("no denial for the masked hard link: %+v", denials(tl.Events))
+	}
+}

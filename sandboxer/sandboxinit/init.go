@@ -43,6 +43,11 @@ type RootPlan struct {
 	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
 	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
 	Masked []string `json:"masked"`
+	// MaskedLinks are files in the workspace that are hard links to an inode with links
+	// outside it: Landlock judges the path walked, so such a link would lend the workspace's
+	// rights to a file the policy does not grant. Each is covered by an empty, root-owned file
+	// of mode 0 (EACCES).
+	MaskedLinks []string `json:"masked_links,omitempty"`
 }
 
 // Config is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
@@ -235,6 +240,9 @@ func setupMounts(cfg *Config) error {
 	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
 		return err
 	}
+	if err := maskLinks(newRoot, cfg.Root.MaskedLinks); err != nil {
+		return err
+	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
 		return err
@@ -301,6 +309,30 @@ func bindWorkspace(ws int, dst, name string) error {
 	}
 	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount workspace nosuid: %w", err)
+	}
+	return nil
+}
+
+// maskLinks covers each path with an empty file no one but root may open.
+func maskLinks(root string, paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	blank := filepath.Join(root, ".berm-masked-link")
+	if err := os.WriteFile(blank, nil, 0); err != nil {
+		return fmt.Errorf("mask hard links: %w", err)
+	}
+	if err := os.Chmod(blank, 0); err != nil {
+		return fmt.Errorf("mask hard links: %w", err)
+	}
+	for _, p := range paths {
+		dst := filepath.Join(root, p)
+		if err := unix.Mount(blank, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask hard link %s: %w", p, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mask hard link %s read-only: %w", p, err)
+		}
 	}
 	return nil
 }
