@@ -278,6 +278,13 @@ func TestJournalSurvivesKill9(t *testing.T) {
 	if st, _ := os.Stat(last); st.Size() <= before.Size() {
 		t.Fatalf("segment did not grow past the cut tail")
 	}
+	// The next launch reaped the killed call's cgroup.
+	if matches, _ := filepath.Glob("/sys/fs/cgroup/*/berm/default/" + killed); len(matches) > 0 {
+		t.Errorf("the killed call's cgroups were not reaped: %v", matches)
+	}
+	if matches, _ := filepath.Glob("/sys/fs/cgroup/berm/default/" + killed); len(matches) > 0 {
+		t.Errorf("the killed call's cgroups were not reaped: %v", matches)
+	}
 	// The killed call's processes died with their launcher.
 	time.Sleep(200 * time.Millisecond)
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")

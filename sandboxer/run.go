@@ -112,6 +112,10 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Calls whose launcher was killed left their (empty) cgroups behind: clear them first.
+	if _, err := cgroup.ReapStale(); err != nil {
+		fmt.Fprintf(os.Stderr, "berm: warning: stale calls: %v\n", err)
+	}
 	layout, err := cgroup.Detect()
 	if err != nil {
 		return nil, err
@@ -122,7 +126,18 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer cg.Remove()
+	lease, err := cg.TakeLease(spec.Tenant, spec.CallID)
+	if err != nil {
+		cg.Remove()
+		return nil, err
+	}
+	// The lease goes only once the cgroups are gone: a launcher killed in between leaves a
+	// lease the next one reaps.
+	defer func() {
+		if cg.Remove() == nil {
+			lease.Release()
+		}
+	}()
 
 	host, _ := os.Hostname()
 	layers := []string{"cgroup", "namespaces", "no_new_privs"}
