@@ -84,6 +84,11 @@ def udp(addr):
         s.sendto(b"x", addr); return "ok"
     except OSError as e:
         return "errno%d" % e.errno
+def netlink():
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); return "ok"
+    except OSError as e:
+        return "errno%d" % e.errno
 def raw():
     try:
         socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); return "ok"
@@ -96,6 +101,7 @@ print("v6", tcp(socket.AF_INET6, ("::1", v6)))
 print("mapped", tcp(socket.AF_INET6, ("::ffff:127.0.0.1", v4)))
 print("udp", udp(("127.0.0.1", udpport)))
 print("raw", raw())
+print("netlink", netlink())
 `
 
 // Egress is default-deny across every address family; audit mode lets everything through
@@ -143,7 +149,7 @@ func TestNetworkEgress(t *testing.T) {
 			}
 			tl := bermbin.Timeline(t, state, id)
 			if mode == "enforce" {
-				for _, k := range []string{"v4", "v6", "mapped", "udp", "raw"} {
+				for _, k := range []string{"v4", "v6", "mapped", "udp", "raw", "netlink"} {
 					if got[k] != "errno1" {
 						t.Errorf("%s: %q, want EPERM (errno1)", k, got[k])
 					}
@@ -152,7 +158,7 @@ func TestNetworkEgress(t *testing.T) {
 					t.Errorf("denied listeners received %d/%d connections, udp %d datagrams", denied4.accepted.Load(), denied6.accepted.Load(), udpGot.Load())
 				}
 			} else {
-				for _, k := range []string{"v4", "v6", "mapped", "udp"} {
+				for _, k := range []string{"v4", "v6", "mapped", "udp", "netlink"} {
 					if got[k] != "ok" {
 						t.Errorf("audit mode blocked %s: %q", k, got[k])
 					}
@@ -161,6 +167,9 @@ func TestNetworkEgress(t *testing.T) {
 			audit := mode == "audit"
 			if !audit && findDenial(tl.Events, "capabilities", "protocol 1)", false) == nil {
 				t.Errorf("no denial for the raw socket: %+v", denials(tl.Events))
+			}
+			if findDenial(tl.Events, "seccomp", "socket", audit) == nil {
+				t.Errorf("no seccomp denial (audit=%v) for the netlink socket: %+v", audit, denials(tl.Events))
 			}
 			for _, obj := range []string{fmt.Sprintf("127.0.0.1:%d", port(denied4)), fmt.Sprintf("[::1]:%d", port(denied6)),
 				fmt.Sprintf("127.0.0.1:%d", udp.LocalAddr().(*net.UDPAddr).Port)} {

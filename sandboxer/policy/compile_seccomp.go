@@ -71,6 +71,17 @@ func (p *Policy) compileSeccomp(c *Compiled) Errors {
 	for i, name := range s.Deny {
 		add(name, 0, eperm, fmt.Sprintf("spec.syscalls.deny[%d]", i), "deny "+name)
 	}
+	// socket() families: unix (1), inet (2) and inet6 (10) have none of the bits 0x34, which
+	// every other common family has one of: netlink (16), packet (17), key (15), vsock (40),
+	// xdp (44), alg (38), bluetooth (31), can (29), ... (a filter can test bits, not sets).
+	// The cgroup hooks only ever see inet sockets: this is where the others are refused.
+	families := uint32(0x34)
+	famText := "deny socket families other than unix, inet and inet6 (netlink, packet, key, vsock, ...)"
+	if p.Spec.Network.AllowNetlink {
+		families = 0x24
+		famText = "deny socket families other than unix, inet, inet6, netlink and packet (spec.network.allowNetlink)"
+	}
+	add("socket", families, eperm, "spec.network", famText)
 	if s.DenyNewNamespaces {
 		const field = "spec.syscalls.denyNewNamespaces"
 		add("unshare", newNamespaceFlags, eperm, field, "deny unshare of new namespaces")

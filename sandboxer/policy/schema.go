@@ -72,7 +72,8 @@ func (d *decoder) spec(n *yaml.Node, field string, s *Spec) {
 		"filesystem": func(n *yaml.Node, f string) { d.filesystem(n, f, &s.Filesystem) },
 		"network": func(n *yaml.Node, f string) {
 			d.mapping(n, f, fields{
-				"egress": func(n *yaml.Node, f string) { list(d, n, f, &s.Network.Egress, d.egress) },
+				"egress":       func(n *yaml.Node, f string) { list(d, n, f, &s.Network.Egress, d.egress) },
+				"allowNetlink": func(n *yaml.Node, f string) { d.boolean(n, f, &s.Network.AllowNetlink) },
 			}, d.required("egress")...)
 		},
 		"syscalls": func(n *yaml.Node, f string) { d.syscalls(n, f, &s.Syscalls) },

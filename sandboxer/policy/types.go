@@ -88,6 +88,9 @@ type Filesystem struct {
 
 type Network struct {
 	Egress []EgressRule
+	// AllowNetlink lets the tool open netlink sockets (and packet sockets, which still need
+	// CAP_NET_RAW). By default socket() refuses every family but unix, inet and inet6.
+	AllowNetlink bool
 }
 
 type Protocol string
