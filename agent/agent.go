@@ -236,6 +236,7 @@ type CallOptions struct {
 // placed in the cgroup: then not one instruction of the call runs untraced.
 func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	traced := opts.Traced
+	start.Layers = append(append([]string(nil), start.Layers...), a.layers...)
 	a.mu.Lock()
 	slot := -1
 	for i, used := range a.slots {

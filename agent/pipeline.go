@@ -161,8 +161,10 @@ func (a *Agent) handle(b *batch) {
 		c.enrich(&ev)
 		a.append(c, ev)
 	})
-	for _, done := range b.barrier {
+	if len(b.barrier) > 0 {
 		a.flushAll()
-		close(done)
+		for _, done := range b.barrier {
+			close(done)
+		}
 	}
 }

@@ -10,8 +10,6 @@ import (
 // Recorder traces calls: the agent loaded in this process (the embedded default) or bermd.
 type Recorder interface {
 	Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error)
-	// Layers names the observation and enforcement layers the recorder provides.
-	Layers() []string
 }
 
 // CallRecorder is one call being traced.
@@ -33,8 +31,6 @@ func (l Local) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorde
 	return localCall{l.Agent, c}, nil
 }
 
-func (l Local) Layers() []string { return l.Agent.Layers() }
-
 type localCall struct {
 	a *agent.Agent
 	c *agent.Call
@@ -53,7 +49,5 @@ func (r Remote) Begin(start event.CallStart, opts agent.CallOptions) (CallRecord
 	}
 	return c, nil
 }
-
-func (r Remote) Layers() []string { return r.Client.Layers() }
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

@@ -140,11 +140,11 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}()
 
 	host, _ := os.Hostname()
+	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.
 	layers := []string{"cgroup", "namespaces", "no_new_privs"}
 	if !env.init.HostRoot {
 		layers = append(layers, "mount")
 	}
-	layers = append(layers, rec.Layers()...)
 	if env.init.Landlock != nil {
 		layers = append(layers, fmt.Sprintf("landlock-abi%d", env.compiled.LandlockABI))
 	}

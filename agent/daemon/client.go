@@ -20,7 +20,6 @@ type Client struct {
 	Socket string
 	// CgroupRoot lets the daemon find a call's cgroup directory to kill if the client dies.
 	CgroupDir func(start event.CallStart) string
-	layers    []string
 }
 
 // Available reports whether a daemon answers on the socket.
@@ -31,14 +30,6 @@ func Available(socket string) bool {
 	}
 	c.Close()
 	return true
-}
-
-// Layers are the layers the daemon reported on the last Begin.
-func (c *Client) Layers() []string {
-	if c.layers == nil {
-		return []string{"ebpf-trace"}
-	}
-	return c.layers
 }
 
 type clientCall struct {
@@ -72,7 +63,6 @@ func (c *Client) Begin(start event.CallStart, opts agent.CallOptions) (*clientCa
 		conn.Close()
 		return nil, fmt.Errorf("bermd begin: %s", resp.Error)
 	}
-	c.layers = resp.Layers
 	return cc, nil
 }
 

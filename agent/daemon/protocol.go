@@ -26,6 +26,5 @@ type request struct {
 
 type response struct {
 	Error  string            `json:"error,omitempty"`
-	Layers []string          `json:"layers,omitempty"`
 	Record *event.CallRecord `json:"record,omitempty"`
 }

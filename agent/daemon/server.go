@@ -21,9 +21,8 @@ import (
 
 // Server serves the control socket.
 type Server struct {
-	Agent  *agent.Agent
-	Layers []string
-	Log    *slog.Logger
+	Agent *agent.Agent
+	Log   *slog.Logger
 
 	ln net.Listener
 	wg sync.WaitGroup
@@ -116,7 +115,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 				return
 			}
 			call, cgroupDir = c, req.Cgroup
-			_ = enc.Encode(response{Layers: s.Layers})
+			_ = enc.Encode(response{})
 		case "net":
 			if call == nil || req.Net == nil {
 				_ = enc.Encode(response{Error: "net: no call begun"})

@@ -63,7 +63,7 @@ func run(log *slog.Logger, stateDir, socket, metricsAddr, dsn string, rulePaths 
 	}
 	defer a.Close()
 
-	srv := &daemon.Server{Agent: a, Layers: a.Layers(), Log: log}
+	srv := &daemon.Server{Agent: a, Log: log}
 	if err := srv.Listen(socket); err != nil {
 		return err
 	}
