@@ -153,13 +153,7 @@ func bootNanos() int64 {
 
 // Close stops the pipeline and unloads the tracer. Calls still open are ended as incomplete.
 func (a *Agent) Close() error {
-	a.mu.Lock()
-	open := make([]*Call, 0, len(a.calls))
-	for _, c := range a.calls {
-		open = append(open, c)
-	}
-	a.mu.Unlock()
-	for _, c := range open {
+	for _, c := range a.openCalls() {
 		_, _ = a.End(c, Result{Reason: event.EndUnknown, Detail: "agent stopped"})
 	}
 	close(a.closing)
@@ -520,14 +514,19 @@ func (a *Agent) flush(c *Call) error {
 	return nil
 }
 
-func (a *Agent) flushAll() {
+// openCalls is a snapshot of the calls being traced.
+func (a *Agent) openCalls() []*Call {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	calls := make([]*Call, 0, len(a.calls))
 	for _, c := range a.calls {
 		calls = append(calls, c)
 	}
-	a.mu.Unlock()
-	for _, c := range calls {
+	return calls
+}
+
+func (a *Agent) flushAll() {
+	for _, c := range a.openCalls() {
 		if err := a.flush(c); err != nil {
 			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
 		}
