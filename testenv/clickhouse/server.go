@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -119,14 +120,21 @@ func tail(b []byte) string {
 	return strings.TrimSpace(string(b))
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. It is drawn below the
+// kernel's ephemeral range (32768 and up by default), where every ":0" listener and every
+// outgoing connection of the tests running in parallel takes its ports: a port handed out
+// there could be taken again before the server binds it.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
+	for i := 0; i < 100; i++ {
+		p := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("find free port: none free in 20000-31999 after 100 tries")
 }
 
 // Prepare writes the configuration of a server without starting it (ports are fixed here, so
