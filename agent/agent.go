@@ -335,13 +335,9 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	if c.net == nil {
 		return fmt.Errorf("call %s has no network layer attached", c.Start.CallID)
 	}
-	if err := c.net.Update(pol); err != nil {
-		return err
-	}
-	if c.policy != nil {
-		c.policy.Compiled.Network = *pol
-	}
-	return nil
+	// The kernel's maps are what decide; the judge's copy of the policy belongs to the decoder
+	// goroutine and only names raw-socket refusals, which a network reload does not change.
+	return c.net.Update(pol)
 }
 
 // Emit adds an event observed outside the kernel (a cap hit, a denial by the launcher) to the

@@ -23,7 +23,14 @@ type CallPolicy struct {
 	// MaskedLinks are workspace files that are hard links to files outside it, masked.
 	MaskedLinks []string
 	Roots       []string // top-level trees the call's root shows (binds), for "not in the root"
+
+	// resolved caches canonical forms: an import-heavy tool probes the same directories
+	// hundreds of times, and resolving walks every component with lstat. Only the decoder
+	// goroutine judges a call's events, so no lock.
+	resolved map[string]string
 }
+
+const maxResolved = 4096
 
 func (p *CallPolicy) audit() bool { return p.Compiled.Mode == policy.Audit }
 
@@ -41,15 +48,27 @@ func (p *CallPolicy) resolve(path string, dirfd int32) (string, bool) {
 		path = filepath.Join(p.Workspace, path)
 	}
 	path = filepath.Clean(path)
-	// System paths are the same files inside and outside: resolve their symlinks (/bin ->
-	// usr/bin) the way the compiled ruleset did.
-	if canon, err := filepath.EvalSymlinks(path); err == nil {
+	if canon, ok := p.resolved[path]; ok {
 		return canon, true
 	}
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		return filepath.Join(dir, filepath.Base(path)), true
+	canon := canonical(path)
+	if p.resolved == nil || len(p.resolved) >= maxResolved {
+		p.resolved = make(map[string]string, 64)
 	}
-	return path, true
+	p.resolved[path] = canon
+	return canon, true
+}
+
+// canonical resolves symlinks the way the compiled ruleset did (/bin -> usr/bin): system paths
+// are the same files inside the call and outside.
+func canonical(path string) string {
+	if canon, err := filepath.EvalSymlinks(path); err == nil {
+		return canon
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }
 
 func (p *CallPolicy) masked(path string) bool {
