@@ -1,7 +1,7 @@
 # berm — see README.md. `sudo make demo` and `sudo make test` do all the set-up themselves.
 GO       ?= go
 BIN      := bin
-CMDS     := $(notdir $(wildcard cmd/*))
+CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
 .PHONY: all build deps generate check-generated vmlinux test test-unit demo bench clean

@@ -224,10 +224,14 @@ type CallOptions struct {
 	// Network says the call shares the host's network namespace: the cgroup sock hooks
 	// enforce its egress policy, and a call that needs them is refused when they are missing.
 	Network bool `json:"network"`
+	// InitPID is the sandbox init already in the cgroup (a sandbox started ahead of its call):
+	// its set-up is berm's, not the tool's. Zero: the call's first fork names it.
+	InitPID uint32 `json:"init_pid,omitempty"`
 }
 
-// Begin starts tracing the cgroup as a call. It must be called before the first process is
-// placed in the cgroup: then not one instruction of the call runs untraced.
+// Begin starts tracing the cgroup as a call. It must be called before the tool's first
+// instruction: the cgroup holds nothing yet, or only the sandbox init waiting for its
+// configuration. Then not one instruction of the tool runs untraced.
 func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	traced := opts.Traced
 	start.Layers = append(append([]string(nil), start.Layers...), a.layers...)
@@ -247,7 +251,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy, cgroupDir: opts.CgroupDir}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID}
 	a.slots[slot] = true
 	a.calls[start.CgroupID] = c
 	a.mu.Unlock()

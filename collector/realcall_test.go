@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/bermsec/berm/testenv/bermbin"
 )
 
 // TestShipRealCall runs a real tool call with berm run (traced, sandboxed: needs root), ships
@@ -16,10 +17,7 @@ func TestShipRealCall(t *testing.T) {
 	}
 	s := server(t)
 	dsn := freshDB(t, s)
-	bin := filepath.Join(t.TempDir(), "berm")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/bermsec/berm/cmd/berm").CombinedOutput(); err != nil {
-		t.Fatalf("build berm: %v\n%s", err, out)
-	}
+	bin := bermbin.Path(t, "berm")
 	state := t.TempDir()
 	out, err := exec.Command(bin, "run", "--state-dir", state, "--tool", "shell", "--tenant", "acme", "--",
 		"/bin/sh", "-c", "echo hello; cat /etc/hostname; ls /tmp; true").CombinedOutput()

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/bermbin"
 )
 
 // End to end: each shipped rule is proven by a real behaviour run inside `berm run`, whose
@@ -159,17 +159,8 @@ func buildBerm(t *testing.T) string {
 		bermBin = bin // a berm built elsewhere (another tree, an installed one)
 		return bin
 	}
-	dir, err := os.MkdirTemp("", "berm-rules-e2e-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "berm")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/berm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/berm: %v\n%s", err, out)
-	}
-	bermBin = bin
-	return bin
+	bermBin = bermbin.Path(t, "berm")
+	return bermBin
 }
 
 // runCall runs cmd in berm run and returns its timeline.

@@ -2,12 +2,11 @@ package sandboxer
 
 import (
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/policy"
 )
 
-// Recorder traces calls: the agent loaded in this process (the embedded default) or bermd.
+// Recorder traces calls: the agent loaded in this process (the embedded default, or bermd's).
 type Recorder interface {
 	Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error)
 }
@@ -38,16 +37,5 @@ type localCall struct {
 
 func (l localCall) Emit(ev event.Event)                             { l.a.Emit(l.c, ev) }
 func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a.End(l.c, res) }
-
-// Remote records through bermd.
-type Remote struct{ Client *daemon.Client }
-
-func (r Remote) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error) {
-	c, err := r.Client.Begin(start, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/policy"
@@ -45,20 +46,18 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 	// Init is the sandbox init binary: berm-init, or berm itself (re-executed as berm-init).
 	Init string
+	// Stops end the call early (bermd: the caller's interrupts, its going away). Without
+	// them, SIGINT and SIGTERM to this process do.
+	Stops <-chan callproto.Stop
+	// Pool, when set, may give the call a warm sandbox.
+	Pool *Pool
 	// PolicyFile, when set, is watched while the call runs: a change to its network section
 	// is applied to the running call atomically (other sections apply to the next call).
 	PolicyFile string
 }
 
 // DefaultLimits are the caps of a call that names none: modest, never "unlimited".
-var DefaultLimits = event.Limits{
-	MemoryBytes: 512 << 20,
-	Pids:        128,
-	CPUs:        1,
-	WallTime:    10 * time.Minute,
-	OutputBytes: 64 << 20,
-	TmpBytes:    256 << 20,
-}
+var DefaultLimits = callproto.DefaultLimits
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
@@ -112,32 +111,52 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Calls whose launcher was killed left their (empty) cgroups behind: clear them first.
-	if _, err := cgroup.ReapStale(); err != nil {
-		fmt.Fprintf(os.Stderr, "berm: warning: stale calls: %v\n", err)
-	}
-	layout, err := cgroup.Detect()
+	release, err := claimCallID(spec.Tenant, spec.CallID)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := cgroup.Create(layout, spec.Tenant, spec.CallID, cgroup.Limits{
-		MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
-	})
+	defer release()
+	ws, err := openWorkspace(spec.Workspace)
 	if err != nil {
 		return nil, err
 	}
-	lease, err := cg.TakeLease(spec.Tenant, spec.CallID)
-	if err != nil {
-		cg.Remove()
-		return nil, err
+	defer unix.Close(ws)
+	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
+	var sb *sandbox
+	if env.init.NewNet {
+		sb = spec.Pool.take(spec.Tenant, env.init.Root)
 	}
-	// The lease goes only once the cgroups are gone: a launcher killed in between leaves a
-	// lease the next one reaps.
-	defer func() {
-		if cg.Remove() == nil {
-			lease.Release()
+	if sb != nil {
+		spec.Pool.Warm.Add(1)
+		defer spec.Pool.refillAfter(spec.Tenant)
+		if err := sb.cg.SetLimits(lim); err != nil {
+			_ = sb.discard()
+			return nil, err
 		}
-	}()
+	} else {
+		if spec.Pool != nil {
+			spec.Pool.Cold.Add(1)
+		}
+		// Calls whose launcher was killed left their (empty) cgroups behind: clear them first.
+		if _, err := cgroup.ReapStale(); err != nil {
+			fmt.Fprintf(os.Stderr, "berm: warning: stale calls: %v\n", err)
+		}
+		layout, err := hostLayout()
+		if err != nil {
+			return nil, err
+		}
+		if sb, err = startSandbox(layout, spec.Init, spec.Tenant, spec.CallID, lim, env.init.NewNet, nil); err != nil {
+			return nil, err
+		}
+	}
+	// The sandbox goes with the call: its processes are dead by the time the record is made
+	// (launch.run), its cgroups are removed after. A launcher serving callers (a pool) does
+	// that once the caller has its reply; one that exits after the call, before it exits.
+	if spec.Pool != nil {
+		defer spec.Pool.retire(sb)
+	} else {
+		defer sb.discard()
+	}
 
 	host, _ := os.Hostname()
 	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.
@@ -156,23 +175,54 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
-		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Start: time.Now(), CgroupID: cg.ID,
+		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers,
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
-		Traced: env.traced, Policy: env.callPolicy, CgroupDir: cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered,
+		Traced: env.traced, Policy: env.callPolicy, CgroupDir: sb.cg.V2,
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid),
 	})
 	if err != nil {
 		return nil, err
 	}
-	l := &launch{spec: spec, cg: cg, call: call, env: env}
-	res := l.run()
+	l := &launch{spec: spec, cg: sb.cg, call: call, env: env}
+	res := l.run(sb, ws)
 	record, err := call.End(res)
 	if record == nil {
 		return nil, err
 	}
 	return &Outcome{Record: record, ExitStatus: res.ExitStatus}, err
+}
+
+// running are the calls this process runs, by tenant and call id: a warm sandbox's cgroup is
+// not named after its call, so its name cannot refuse a second call with the same id.
+var running = struct {
+	sync.Mutex
+	ids map[string]bool
+}{ids: map[string]bool{}}
+
+// hostLayout is the host's cgroup layout, read once: it does not change under a running berm.
+var hostLayout = sync.OnceValues(cgroup.Detect)
+
+func claimCallID(tenant, callID string) (func(), error) {
+	key := tenant + "/" + callID
+	taken := fmt.Errorf("call id %s of tenant %s is taken (a call with this id runs; call ids must be unique)", callID, tenant)
+	running.Lock()
+	defer running.Unlock()
+	if running.ids[key] {
+		return nil, taken
+	}
+	if l, err := hostLayout(); err == nil {
+		if _, err := os.Stat(filepath.Join(l.V2, cgroup.Root, tenant, callID)); err == nil {
+			return nil, taken
+		}
+	}
+	running.ids[key] = true
+	return func() {
+		running.Lock()
+		delete(running.ids, key)
+		running.Unlock()
+	}, nil
 }
 
 type launch struct {
@@ -204,7 +254,8 @@ func (l *launch) stop(reason event.EndReason, detail string, lim *event.Limit) {
 	_ = l.cg.Kill()
 }
 
-func (l *launch) run() agent.Result {
+// run hands the sandbox its call and waits for the end. ws is the workspace's detached mount.
+func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	spec := l.spec
 	res := agent.Result{Limits: spec.Limits}
 	fail := func(err error) agent.Result {
@@ -212,92 +263,33 @@ func (l *launch) run() agent.Result {
 		res.Reason, res.Detail, res.ExitStatus = event.EndSetupFailed, err.Error(), 125
 		return res
 	}
-
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	defer cfgW.Close()
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return fail(err)
-	}
-	defer statR.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	goR, goW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	defer goW.Close()
-	cgfd, err := l.cg.OpenFD()
-	if err != nil {
-		return fail(err)
-	}
-	stdin := spec.Stdin
-	if stdin == nil {
-		stdin, _ = os.Open(os.DevNull)
-	}
-	flags := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-	if l.env.init.NewNet {
-		flags |= unix.CLONE_NEWNET
-	}
-	cmd := &exec.Cmd{
-		Path: spec.Init, Args: []string{sandboxinit.Arg0}, Env: []string{},
-		Stdin: stdin, Stdout: outW, Stderr: errW,
-		ExtraFiles: []*os.File{cfgR, statW, goR},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  uintptr(flags),
-			UseCgroupFD: true, CgroupFD: cgfd,
-			// If the launcher dies, the init dies, and with it the call's pid namespace.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	err = cmd.Start()
-	unix.Close(cgfd)
-	cfgR.Close()
-	statW.Close()
-	goR.Close()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		return fail(fmt.Errorf("start sandbox init: %w", err))
-	}
-
 	var copiers sync.WaitGroup
 	copiers.Add(2)
-	go l.copyOutput(&copiers, outR, spec.Stdout)
+	out, errR := sb.out, sb.errR
+	sb.out, sb.errR = nil, nil // the copiers close them
+	go l.copyOutput(&copiers, out, spec.Stdout)
 	go l.copyOutput(&copiers, errR, spec.Stderr)
+	cmd := sb.cmd
 	// abort ends a call whose init started but could not be set up.
 	abort := func(err error) agent.Result {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		sb.cmd = nil
 		copiers.Wait()
 		return fail(err)
 	}
 
-	if err := json.NewEncoder(cfgW).Encode(l.env.init); err != nil {
-		return abort(fmt.Errorf("configure sandbox init: %w", err))
+	var err error
+	stdin := spec.Stdin
+	if stdin == nil {
+		if stdin, err = os.Open(os.DevNull); err != nil {
+			return abort(err)
+		}
+		defer stdin.Close()
 	}
-	cfgW.Close()
-	// While the init sets up mounts, Landlock and seccomp, place it in the v1 cgroups (a
-	// migration costs a few ms on v1); only then may it start the tool.
-	if err := l.cg.JoinV1(cmd.Process.Pid); err != nil {
+	if err := sb.configure(&l.env.init, stdin, ws); err != nil {
 		return abort(err)
 	}
-	if _, err := goW.Write([]byte{1}); err != nil {
-		return abort(fmt.Errorf("start the call: %w", err))
-	}
-	goW.Close()
 
 	done := make(chan struct{})
 	go l.watch(cmd.Process.Pid, done)
@@ -305,10 +297,11 @@ func (l *launch) run() agent.Result {
 		go l.reloadPolicy(done)
 	}
 	waitErr := cmd.Wait()
+	sb.cmd = nil
 	close(done)
 
 	var st sandboxinit.Status
-	statData, _ := io.ReadAll(statR)
+	statData, _ := io.ReadAll(sb.stat)
 	_ = json.Unmarshal(statData, &st)
 
 	// Whatever the tool left behind (daemons, setsid grandchildren) goes now.
@@ -332,7 +325,7 @@ func (l *launch) run() agent.Result {
 	case reason != "":
 		res.Reason, res.Detail = reason, detail
 		res.ExitSignal, res.ExitStatus = int(unix.SIGKILL), 128+int(unix.SIGKILL)
-		if st.Exited && reason == event.EndInterrupted {
+		if st.Exited && (reason == event.EndInterrupted || reason == event.EndClientLost) {
 			res.ExitSignal, res.ExitCode, res.ExitStatus = 0, st.Code, st.Code
 		}
 	case st.Error != "" && !st.Started:
@@ -391,9 +384,13 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 	defer timer.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	// A launcher serving a caller (bermd) hears from it; one run by the caller, from signals.
+	stops := l.spec.Stops
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	if stops == nil {
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
 	tmp := "/proc/" + strconv.Itoa(initPid) + "/root/tmp"
 	for {
 		select {
@@ -401,6 +398,8 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 			return
 		case s := <-sigs:
 			l.stop(event.EndInterrupted, "berm run received "+s.String(), nil)
+		case st := <-stops:
+			l.stop(st.Reason, st.Detail, nil)
 		case <-timer.C:
 			l.stop(event.EndTimeout, fmt.Sprintf("wall-time cap of %s", lim.WallTime),
 				&event.Limit{Resource: "wall_time", Limit: int64(lim.WallTime)})

@@ -1,31 +1,44 @@
+// Package daemon is bermd's control socket: a root-only unix socket over which `berm run`
+// hands bermd a tool call (callproto). bermd launches it, with the caller's stdio, from
+// sandboxes it keeps warm, traces and records it, and replies with the call record. One
+// connection is one call; if the client goes away mid-call, the call is killed and recorded
+// as ended by client_lost.
 package daemon
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/cgroup"
 )
+
+// DefaultSocket is where bermd listens.
+const DefaultSocket = callproto.DefaultSocket
+
+// Launcher runs one call to its end: stdio are the caller's, stops end it early.
+type Launcher func(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop) callproto.Reply
 
 // Server serves the control socket.
 type Server struct {
-	Agent *agent.Agent
-	Log   *slog.Logger
+	Launch Launcher
+	Log    *slog.Logger
 
-	ln net.Listener
-	wg sync.WaitGroup
+	ln     net.Listener
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Listen creates the socket, readable and writable by root only.
@@ -45,6 +58,7 @@ func (s *Server) Listen(path string) error {
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
 	s.ln = ln
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return nil
 }
 
@@ -66,9 +80,10 @@ func (s *Server) Serve() error {
 	}
 }
 
-// Close stops accepting and waits for the calls in flight.
+// Close stops accepting, interrupts the calls in flight and waits for their records.
 func (s *Server) Close() error {
 	err := s.ln.Close()
+	s.cancel()
 	s.wg.Wait()
 	return err
 }
@@ -88,79 +103,95 @@ func peerIsRoot(c *net.UnixConn) bool {
 func (s *Server) handle(conn *net.UnixConn) {
 	defer conn.Close()
 	enc := json.NewEncoder(conn)
+	refuse := func(format string, args ...any) {
+		_ = enc.Encode(callproto.Reply{Error: fmt.Sprintf(format, args...), ExitStatus: 125})
+	}
 	if !peerIsRoot(conn) {
-		_ = enc.Encode(response{Error: "bermd serves root only"})
+		refuse("bermd serves root only")
 		return
 	}
-	dec := json.NewDecoder(bufio.NewReader(conn))
-	var call *agent.Call
-	var cgroupDir string
-	for {
-		var req request
-		if err := dec.Decode(&req); err != nil {
-			if call != nil {
-				s.lost(call, cgroupDir, err)
-			}
-			return
+	stdio, err := readStdio(conn)
+	if err != nil {
+		if !errors.Is(err, io.EOF) { // a probe that only connects is not an error
+			refuse("%v", err)
 		}
-		switch req.Op {
-		case "begin":
-			if call != nil || req.Start == nil {
-				_ = enc.Encode(response{Error: "begin: one call per connection, with a start"})
-				return
-			}
-			c, err := s.Agent.Begin(*req.Start, req.Opts)
-			if err != nil {
-				_ = enc.Encode(response{Error: err.Error()})
-				return
-			}
-			call, cgroupDir = c, req.Cgroup
-			_ = enc.Encode(response{})
-		case "net":
-			if call == nil || req.Net == nil {
-				_ = enc.Encode(response{Error: "net: no call begun"})
-				return
-			}
-			resp := response{}
-			if err := s.Agent.UpdateNetwork(call, req.Net); err != nil {
-				resp.Error = err.Error()
-			}
-			_ = enc.Encode(resp)
-		case "emit":
-			if call != nil && req.Event != nil {
-				s.Agent.Emit(call, *req.Event)
-			}
-		case "end":
-			if call == nil || req.Result == nil {
-				_ = enc.Encode(response{Error: "end: no call begun"})
-				return
-			}
-			rec, err := s.Agent.End(call, *req.Result)
-			call = nil
-			resp := response{Record: rec}
-			if err != nil {
-				resp.Error = err.Error()
-			}
-			_ = enc.Encode(resp)
-			return
-		default:
-			_ = enc.Encode(response{Error: fmt.Sprintf("unknown op %q", req.Op)})
-			return
+		return
+	}
+	defer func() {
+		for _, f := range stdio {
+			f.Close()
+		}
+	}()
+	dec := json.NewDecoder(bufio.NewReader(conn))
+	var req callproto.Request
+	if err := dec.Decode(&req); err != nil {
+		refuse("read run request: %v", err)
+		return
+	}
+
+	// Whatever the client sends next is an interrupt; its going away is one too.
+	stops := make(chan callproto.Stop, 4)
+	done := make(chan struct{})
+	defer close(done)
+	send := func(st callproto.Stop) {
+		select {
+		case stops <- st:
+		case <-done:
 		}
 	}
+	go func() {
+		for {
+			var in callproto.Interrupt
+			if err := dec.Decode(&in); err != nil {
+				send(callproto.Stop{Reason: event.EndClientLost, Detail: fmt.Sprintf("client connection lost: %v", err)})
+				return
+			}
+			send(callproto.Stop{Reason: event.EndInterrupted, Detail: "berm run received " + in.Signal})
+		}
+	}()
+	go func() {
+		select {
+		case <-s.ctx.Done():
+			send(callproto.Stop{Reason: event.EndInterrupted, Detail: "bermd is stopping"})
+		case <-done:
+		}
+	}()
+	rep := s.Launch(&req, stdio, stops)
+	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
+		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
+	}
+	_ = enc.Encode(rep)
 }
 
-// lost ends a call whose client went away: kill everything in its cgroup first, so nothing
-// of the call outlives the record that says it ended.
-func (s *Server) lost(call *agent.Call, cgroupDir string, cause error) {
-	detail := fmt.Sprintf("client connection lost: %v", cause)
-	if cgroupDir != "" {
-		if err := cgroup.KillAndWait(cgroupDir, 5*time.Second); err != nil {
-			s.Log.Error("kill lost call", "call_id", call.Start.CallID, "err", err)
+// readStdio reads the run magic byte and the caller's stdin, stdout and stderr passed with it.
+func readStdio(conn *net.UnixConn) ([3]*os.File, error) {
+	var stdio [3]*os.File
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return stdio, err
+	}
+	if n == 0 {
+		return stdio, io.EOF
+	}
+	var fds []int
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if got, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
 		}
 	}
-	if _, err := s.Agent.End(call, agent.Result{Reason: event.EndClientLost, Detail: detail, ExitStatus: 137}); err != nil {
-		s.Log.Error("end lost call", "call_id", call.Start.CallID, "err", err)
+	if buf[0] != callproto.RunMagic || len(fds) != 3 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return stdio, fmt.Errorf("expected a run request with stdin, stdout and stderr (berm and bermd from different versions?)")
 	}
-	s.Log.Warn("call client lost", "call_id", call.Start.CallID, "cause", cause)
+	for i, name := range []string{"stdin", "stdout", "stderr"} {
+		unix.CloseOnExec(fds[i])
+		stdio[i] = os.NewFile(uintptr(fds[i]), "caller-"+name)
+	}
+	return stdio, nil
 }

@@ -1,59 +1,46 @@
 // Command berm runs AI tool calls in sandboxes and reads their audit trail.
+//
+// This binary is berm's small front: it starts once per tool call, so it links only what
+// handing a call to bermd needs (cmd/internal/runcli). Every other command, and `berm run`
+// with the agent embedded (no bermd), is berm-full's: this binary executes it from its own
+// directory, with the same arguments.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"syscall"
 
-	"github.com/bermsec/berm/sandboxer/sandboxinit"
+	"github.com/bermsec/berm/cmd/internal/runcli"
 )
 
-const usage = `berm — sandbox, trace and audit AI tool calls
-
-usage:
-  berm run [flags] -- CMD [ARGS...]   run a tool call in its own sandbox
-  berm calls [flags]                  list calls
-  berm timeline [flags] CALL_ID       print a call's events in order
-  berm doctor [--json]                what this kernel lets berm use
-
-every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
-`
-
 func main() {
-	// The sandbox init is this binary, re-executed inside the call's namespaces.
-	if len(os.Args) > 0 && os.Args[0] == sandboxinit.Arg0 {
-		sandboxinit.Main()
-		return
-	}
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	cmds := map[string]func([]string) int{
-		"run":      cmdRun,
-		"calls":    cmdCalls,
-		"timeline": cmdTimeline,
-		"doctor":   cmdDoctor,
-	}
-	for name, fn := range extraCommands {
-		cmds[name] = fn
-	}
-	fn, ok := cmds[os.Args[1]]
-	if !ok {
-		if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-			fmt.Print(usage)
-			os.Exit(0)
+	if len(os.Args) > 2 && os.Args[1] == "run" {
+		o, err := runcli.Parse(os.Args[2:])
+		if err != nil {
+			if !errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+			}
+			os.Exit(2)
 		}
-		fmt.Fprintf(os.Stderr, "berm: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
+		if os.Geteuid() != 0 {
+			fmt.Fprintln(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF): try sudo")
+			os.Exit(1)
+		}
+		if o.UseDaemon() {
+			os.Exit(o.Remote())
+		}
 	}
-	os.Exit(fn(os.Args[2:]))
-}
-
-// extraCommands are registered by the files of later capabilities (policy, rules).
-var extraCommands = map[string]func([]string) int{}
-
-func fail(format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "berm: "+format+"\n", args...)
-	return 1
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: find own binary: %v\n", err)
+		os.Exit(1)
+	}
+	full := filepath.Join(filepath.Dir(self), "berm-full")
+	err = syscall.Exec(full, append([]string{"berm"}, os.Args[1:]...), os.Environ())
+	fmt.Fprintf(os.Stderr, "berm: this command needs %s, installed beside berm (make build puts both in bin/): %v\n", full, err)
+	os.Exit(1)
 }

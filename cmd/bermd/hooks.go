@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/rules"
+	"github.com/bermsec/berm/sandboxer"
 )
 
 // startRules loads the shipped ruleset plus --rules files and keeps them reloaded.
@@ -41,4 +44,45 @@ func startCollector(ctx context.Context, log *slog.Logger, reg prometheus.Regist
 		}
 	}()
 	return nil
+}
+
+// sandboxInit is the init bermd starts every call's sandbox with: --init, or berm-init beside
+// bermd.
+func sandboxInit(flagValue string) (string, error) {
+	p := flagValue
+	if p == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find own binary: %w", err)
+		}
+		p = filepath.Join(filepath.Dir(self), "berm-init")
+	}
+	st, err := os.Stat(p)
+	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("sandbox init %s is not an executable file (build it with make build, or give --init): %v", p, err)
+	}
+	return p, nil
+}
+
+// registerPoolMetrics exports how calls were launched and how many sandboxes wait.
+func registerPoolMetrics(reg prometheus.Registerer, p *sandboxer.Pool) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "berm_sandbox_launches_warm_total", Help: "Calls launched in a sandbox started ahead of them.",
+		}, func() float64 { return float64(p.Warm.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "berm_sandbox_launches_cold_total", Help: "Calls launched in a sandbox started for them (no warm one for their tenant, or a call with network).",
+		}, func() float64 { return float64(p.Cold.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "berm_sandboxes_warm", Help: "Sandboxes started and waiting for a call.",
+		}, func() float64 { return float64(p.Idle()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "berm_sandboxes_starting", Help: "1 while warm sandboxes are being started.",
+		}, func() float64 {
+			if p.Starting() {
+				return 1
+			}
+			return 0
+		}),
+	)
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,6 +20,8 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/agent/probe"
+	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/cgroup"
 )
 
 func main() {
@@ -29,9 +32,12 @@ func main() {
 	var rulePaths multi
 	flag.Var(&rulePaths, "rules", "detection rule files or directories (default: the shipped ruleset; repeatable)")
 	noRules := flag.Bool("no-rules", false, "evaluate no detection rules")
+	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
+	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *stateDir, *socket, *metricsAddr, *clickhouse, rulePaths, *noRules); err != nil {
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN}
+	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
 	}
@@ -42,9 +48,24 @@ type multi []string
 func (m *multi) String() string     { return fmt.Sprint(*m) }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-func run(log *slog.Logger, stateDir, socket, metricsAddr, dsn string, rulePaths []string, noRules bool) error {
+type options struct {
+	stateDir, socket, metrics, dsn, init string
+	rules                                []string
+	noRules                              bool
+	warm                                 int
+}
+
+func run(log *slog.Logger, o options) error {
+	stateDir, socket, metricsAddr, dsn, rulePaths, noRules := o.stateDir, o.socket, o.metrics, o.dsn, o.rules, o.noRules
 	if os.Geteuid() != 0 {
 		return errors.New("bermd needs root (eBPF, cgroups)")
+	}
+	initPath, err := sandboxInit(o.init)
+	if err != nil {
+		return err
+	}
+	if o.warm < 0 {
+		return fmt.Errorf("--warm: expected 0 or more sandboxes per tenant, got %d", o.warm)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -63,7 +84,36 @@ func run(log *slog.Logger, stateDir, socket, metricsAddr, dsn string, rulePaths 
 	}
 	defer a.Close()
 
-	srv := &daemon.Server{Agent: a, Log: log}
+	// Metrics are up before the socket: a caller that sees the socket can read them.
+	if metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		ln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics on %s: %w", metricsAddr, err)
+		}
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		defer hs.Close()
+	}
+	// Calls whose launcher died (a bermd killed with SIGKILL) left their cgroups behind.
+	if stale, err := cgroup.ReapStale(); err != nil {
+		log.Warn("stale calls", "err", err)
+	} else if len(stale) > 0 {
+		log.Info("reaped stale calls", "calls", stale)
+	}
+	pool, err := sandboxer.NewPool(initPath, o.warm, log, "default")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	registerPoolMetrics(reg, pool)
+	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath}
+	srv := &daemon.Server{Launch: svc.Launch, Log: log}
 	if err := srv.Listen(socket); err != nil {
 		return err
 	}
@@ -77,17 +127,6 @@ func run(log *slog.Logger, stateDir, socket, metricsAddr, dsn string, rulePaths 
 
 	if err := startCollector(ctx, log, reg, stateDir, dsn); err != nil {
 		return err
-	}
-	if metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		hs := &http.Server{Addr: metricsAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-		defer hs.Close()
 	}
 	log.Info("bermd ready", "socket", socket, "metrics", metricsAddr, "state_dir", stateDir)
 	<-ctx.Done()

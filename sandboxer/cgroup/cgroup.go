@@ -209,6 +209,17 @@ func write(dir, file, val string) error {
 	return nil
 }
 
+// SetLimits replaces the caps of a cgroup created ahead of its call (a warm sandbox's).
+func (cg *Cgroup) SetLimits(lim Limits) error {
+	for c, on := range map[string]bool{"memory": lim.MemoryBytes > 0, "pids": lim.Pids > 0, "cpu": lim.CPUs > 0} {
+		if _, v1 := cg.l.V1[c]; on && v1 && cg.V1[c] == "" {
+			return fmt.Errorf("%s cap: the cgroup was created without a v1 %s cgroup", c, c)
+		}
+	}
+	cg.lims = lim
+	return cg.apply()
+}
+
 func (cg *Cgroup) apply() error {
 	lim := cg.lims
 	if lim.MemoryBytes > 0 {

@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"syscall"
@@ -69,6 +69,10 @@ type Config struct {
 	// cannot only report). Seccomp is installed on every thread of the init right before.
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+
+	// workspaceTree is the workspace's mount, detached by the launcher (open_tree) and passed
+	// with the config: a warm init's mount namespace predates the call and may not show it.
+	workspaceTree int
 }
 
 // Status is what the init reports over fd 4 when the tool has ended.
@@ -85,20 +89,39 @@ func Main() {
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
 	status := os.NewFile(4, "status")
+	var cfg Config
 	report := func(st Status, code int) {
 		_ = json.NewEncoder(status).Encode(st)
 		os.Exit(code)
 	}
-	cfgData, err := io.ReadAll(os.NewFile(3, "config"))
+	ch := &channel{fd: 3}
+	msg, fds, err := ch.next()
 	if err != nil {
-		report(Status{Error: "read config: " + err.Error()}, 125)
-	}
-	var cfg Config
-	if err := json.Unmarshal(cfgData, &cfg); err != nil || len(cfg.Argv) == 0 {
 		// The launcher closed without a config: it failed to set the call up. Nothing to run.
-		report(Status{Error: "no configuration from launcher"}, 125)
+		report(Status{Error: err.Error()}, 125)
 	}
-	if err := setupMounts(&cfg); err != nil {
+	var prepared *RootPlan
+	if msg.Prepare != nil {
+		// A warm init: build what does not depend on the call, then wait for one.
+		if err := prepareRoot(msg.Prepare); err != nil {
+			report(Status{Error: "prepare root: " + err.Error()}, 125)
+		}
+		prepared = msg.Prepare
+		if msg, fds, err = ch.next(); err != nil {
+			report(Status{Error: err.Error()}, 125)
+		}
+	}
+	if msg.Call == nil || len(msg.Call.Argv) == 0 {
+		report(Status{Error: "no call in the launcher's configuration"}, 125)
+	}
+	cfg = *msg.Call
+	if len(fds) != 2 {
+		report(Status{Error: fmt.Sprintf("expected the tool's stdin and the workspace with the config, got %d files", len(fds))}, 125)
+	}
+	stdin := fds[0]
+	cfg.workspaceTree = int(fds[1].Fd())
+	unix.Close(3)
+	if err := setupMounts(&cfg, prepared); err != nil {
 		report(Status{Error: err.Error()}, 125)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -136,7 +159,7 @@ func Main() {
 	}
 	cmd := &exec.Cmd{
 		Path: path, Args: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
 		},
@@ -169,29 +192,24 @@ func Main() {
 	}
 }
 
-func setupMounts(cfg *Config) error {
+// newRoot is where the call's root is built before pivot_root: the init's own /tmp, which
+// nothing of the host's is needed from.
+const newRoot = "/tmp"
+
+func in(p string) string { return filepath.Join(newRoot, p) }
+
+// prepareRoot builds the root's policy-granted part on a fresh tmpfs at newRoot: the binds,
+// /dev and /proc. The call's /tmp, its workspace and the masks inside it come with the call.
+func prepareRoot(plan *RootPlan) error {
 	// Nothing mounted in here propagates to the host, and nothing the host mounts later
 	// appears here.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	// Hold the workspace before anything is mounted over the paths that lead to it.
-	ws, err := unix.Open(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open workspace %s: %w", cfg.Workspace, err)
-	}
-	defer unix.Close(ws)
-
-	if cfg.HostRoot {
-		return hostRootMounts(cfg, ws)
-	}
-	// The new root: a tmpfs holding only what the policy grants.
-	const newRoot = "/tmp"
 	if err := unix.Mount("berm-root", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
 		return fmt.Errorf("mount new root: %w", err)
 	}
-	in := func(p string) string { return filepath.Join(newRoot, p) }
-	for _, b := range cfg.Root.Binds {
+	for _, b := range plan.Binds {
 		if b.Link != "" {
 			if err := os.MkdirAll(filepath.Dir(in(b.Path)), 0o755); err != nil {
 				return err
@@ -211,7 +229,7 @@ func setupMounts(cfg *Config) error {
 	if err := unix.Mount("berm-dev", in("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
 	}
-	for _, d := range cfg.Root.Devices {
+	for _, d := range plan.Devices {
 		if err := bindInto(d, in(d), false); err != nil {
 			return err
 		}
@@ -227,8 +245,36 @@ func setupMounts(cfg *Config) error {
 	if err := mountProc(in("/proc")); err != nil {
 		return err
 	}
-	if err := os.Mkdir(in("/tmp"), 0o1777); err != nil {
-		return err
+	return os.Mkdir(in("/tmp"), 0o1777)
+}
+
+// samePlan says whether a prepared root is the one a call needs.
+func samePlan(a, b *RootPlan) bool {
+	return reflect.DeepEqual(a.Binds, b.Binds) && reflect.DeepEqual(a.Devices, b.Devices)
+}
+
+// setupMounts completes the call's root (prepared ahead when the init was warm and the plan
+// matches) and pivots into it.
+func setupMounts(cfg *Config, prepared *RootPlan) error {
+	ws := cfg.workspaceTree
+	if cfg.HostRoot || (prepared != nil && !samePlan(prepared, &cfg.Root)) {
+		if prepared != nil {
+			if err := unix.Unmount(newRoot, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("drop the prepared root: %w", err)
+			}
+			prepared = nil
+		}
+	}
+	if cfg.HostRoot {
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("make mounts private: %w", err)
+		}
+		return hostRootMounts(cfg, ws)
+	}
+	if prepared == nil {
+		if err := prepareRoot(&cfg.Root); err != nil {
+			return err
+		}
 	}
 	if err := mountTmp(in("/tmp"), cfg.TmpBytes); err != nil {
 		return err
@@ -298,14 +344,14 @@ func mountTmp(dir string, size int64) error {
 	return nil
 }
 
-// bindWorkspace binds the held workspace (fd ws) at dst without its sub-mounts; parents made
-// here exist only in the call's view, and the tool must be able to traverse them.
+// bindWorkspace attaches the workspace's detached mount (fd ws, no sub-mounts) at dst; parents
+// made here exist only in the call's view, and the tool must be able to traverse them.
 func bindWorkspace(ws int, dst, name string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("workspace mount point %s: %w", name, err)
 	}
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", ws), dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind workspace %s: %w", name, err)
+	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach workspace %s: %w", name, err)
 	}
 	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount workspace nosuid: %w", err)

@@ -44,7 +44,7 @@ func Path(t testing.TB, name string) string {
 		if buildErr != nil {
 			return
 		}
-		for _, c := range []string{"berm", "bermd", "berm-init"} {
+		for _, c := range []string{"berm", "berm-full", "bermd", "berm-init"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
 			cmd.Dir = RepoRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {

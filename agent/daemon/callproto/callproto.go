@@ -1,0 +1,129 @@
+// Package callproto is the run protocol between `berm run` and bermd: the request that
+// describes one tool call, the caller's stdio passed as file descriptors, and the reply with
+// the call record. It links nothing but the event types and x/sys/unix, because the berm
+// front that speaks it starts once per call: every package it links is start-up time.
+//
+// On the wire, over bermd's unix socket: one byte 'R' carrying stdin, stdout and stderr as
+// SCM_RIGHTS, then the Request as one JSON line. While the call runs, the client may send
+// Interrupt lines; the daemon ends with one Reply line. A client that goes away ends its
+// call (client_lost): the daemon kills it, nothing of it outlives the connection.
+package callproto
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// DefaultSocket is where bermd listens.
+const DefaultSocket = "/run/berm/bermd.sock"
+
+// RunMagic is the first byte of a run connection; it carries the caller's stdio.
+const RunMagic = 'R'
+
+// DefaultLimits are the caps of a call that names none: modest, never "unlimited".
+var DefaultLimits = event.Limits{
+	MemoryBytes: 512 << 20,
+	Pids:        128,
+	CPUs:        1,
+	WallTime:    10 * time.Minute,
+	OutputBytes: 64 << 20,
+	TmpBytes:    256 << 20,
+}
+
+// Request is one tool call, as `berm run` resolved it in the caller's context: paths are
+// absolute, the environment is the tool's whole environment, the caps are the flags' values.
+type Request struct {
+	CallID    string       `json:"call_id"`
+	Tool      string       `json:"tool"`
+	Tenant    string       `json:"tenant"`
+	Argv      []string     `json:"argv"`
+	Workspace string       `json:"workspace"`
+	Env       []string     `json:"env"`
+	UID       uint32       `json:"uid"`
+	GID       uint32       `json:"gid"`
+	Limits    event.Limits `json:"limits"`
+	// Explicit names the cap flags the caller gave: those win over the policy's caps.
+	Explicit []string `json:"explicit,omitempty"`
+	// PolicyFile is the policy to run under (absolute path); empty is the built-in strict one.
+	PolicyFile string   `json:"policy_file,omitempty"`
+	Traced     []uint32 `json:"traced,omitempty"`
+}
+
+// Interrupt asks the daemon to end the running call (the caller got SIGINT or SIGTERM).
+type Interrupt struct {
+	Signal string `json:"signal"`
+}
+
+// Stop ends a running call early, for a reason of the caller's or the daemon's.
+type Stop struct {
+	Reason event.EndReason
+	Detail string
+}
+
+// Reply ends a run connection.
+type Reply struct {
+	Record     *event.CallRecord `json:"record,omitempty"`
+	ExitStatus int               `json:"exit_status"`
+	// Error is about berm (a bad request, a policy that does not compile, set-up); with no
+	// record the call did not run. Warning is a problem recording a call that did run.
+	Error   string `json:"error,omitempty"`
+	Warning string `json:"warning,omitempty"`
+}
+
+// Available reports whether a daemon answers on the socket.
+func Available(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// Run sends the call to bermd with the given stdio and waits for its end. Values sent on
+// interrupts are forwarded while the call runs.
+func Run(socket string, req *Request, stdio [3]*os.File, interrupts <-chan os.Signal) (*Reply, error) {
+	c, err := net.DialTimeout("unix", socket, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("connect to bermd at %s: %w", socket, err)
+	}
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
+	if _, _, err := conn.WriteMsgUnix([]byte{RunMagic}, rights, nil); err != nil {
+		return nil, fmt.Errorf("send stdio to bermd: %w", err)
+	}
+	enc := json.NewEncoder(conn)
+	if err := enc.Encode(req); err != nil {
+		return nil, fmt.Errorf("send call to bermd: %w", err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case s := <-interrupts:
+				_ = enc.Encode(Interrupt{Signal: s.String()})
+			}
+		}
+	}()
+	var rep Reply
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bermd ended the call without a reply: %w", err)
+	}
+	if rep.Record == nil && rep.Error == "" {
+		return nil, errors.New("bermd replied without a record or an error")
+	}
+	return &rep, nil
+}

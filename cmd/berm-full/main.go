@@ -1,0 +1,61 @@
+// Command berm-full is berm's whole command line: every command, and `berm run` with the
+// agent embedded. The berm front (cmd/berm) executes it for everything but a call handed to
+// bermd; users run `berm`.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
+)
+
+const usage = `berm — sandbox, trace and audit AI tool calls
+
+usage:
+  berm run [flags] -- CMD [ARGS...]   run a tool call in its own sandbox
+  berm calls [flags]                  list calls
+  berm timeline [flags] CALL_ID       print a call's events in order
+  berm doctor [--json]                what this kernel lets berm use
+
+every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
+`
+
+func main() {
+	// The sandbox init is this binary, re-executed inside the call's namespaces.
+	if len(os.Args) > 0 && os.Args[0] == sandboxinit.Arg0 {
+		sandboxinit.Main()
+		return
+	}
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) int{
+		"run":      cmdRun,
+		"calls":    cmdCalls,
+		"timeline": cmdTimeline,
+		"doctor":   cmdDoctor,
+	}
+	for name, fn := range extraCommands {
+		cmds[name] = fn
+	}
+	fn, ok := cmds[os.Args[1]]
+	if !ok {
+		if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+			fmt.Print(usage)
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "berm: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	os.Exit(fn(os.Args[2:]))
+}
+
+// extraCommands are registered by the files of later capabilities (policy, rules).
+var extraCommands = map[string]func([]string) int{}
+
+func fail(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "berm: "+format+"\n", args...)
+	return 1
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+func init() {
+	extraCommands["policy"] = cmdPolicy
+}
+
+func cmdPolicy(args []string) int {
+	if len(args) == 0 || (args[0] != "check" && args[0] != "show-strict") {
+		fmt.Fprintln(os.Stderr, "usage: berm policy check FILE...   |   berm policy show-strict")
+		return 2
+	}
+	if args[0] == "show-strict" {
+		os.Stdout.Write(policy.StrictYAML())
+		return 0
+	}
+	return policy.CheckMain(args[1:], os.Stdout, os.Stderr)
+}

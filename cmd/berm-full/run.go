@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/sandboxer"
+)
+
+func cmdRun(args []string) int {
+	o, err := runcli.Parse(args)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			return fail("%v", err)
+		}
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		return fail("run needs root (cgroups, namespaces, eBPF): try sudo")
+	}
+	if o.UseDaemon() {
+		return o.Remote()
+	}
+	// The embedded default: the agent (and rules) in this process, the journal as the store.
+	cleanup, err := o.Resolve()
+	defer cleanup()
+	if err != nil {
+		return fail("%v", err)
+	}
+	spec, err := sandboxer.FromRequest(&o.Request)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if spec.Init, err = initBinary(); err != nil {
+		return fail("%v", err)
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ev, stopRules, err := loadRunRules(o.Rules, o.NoRules, log)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer stopRules()
+	a, err := agent.New(agent.Config{StateDir: o.StateDir, Logger: log, Rules: ev})
+	if err != nil {
+		return fail("load agent: %v", err)
+	}
+	defer a.Close()
+	out, err := sandboxer.Run(spec, sandboxer.Local{Agent: a})
+	if out == nil {
+		return fail("%v", err)
+	}
+	warning := ""
+	if err != nil {
+		warning = err.Error()
+	}
+	return o.Finish(out.Record, out.ExitStatus, warning)
+}
+
+// initBinary is berm-init beside this binary, or this binary (which serves as the init when
+// re-executed under that name): the small one starts faster, once per call.
+func initBinary() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own binary: %w", err)
+	}
+	if p := filepath.Join(filepath.Dir(self), "berm-init"); isExecutable(p) {
+		return p, nil
+	}
+	return self, nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}

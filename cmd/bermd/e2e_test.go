@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/bermbin"
+)
+
+// bermd is a bermd started for one test, with its own state, socket and metrics port.
+type bermd struct {
+	state, socket, metrics string
+	cmd                    *exec.Cmd
+	log                    *bytes.Buffer
+}
+
+func startDaemon(t *testing.T, extra ...string) *bermd {
+	t.Helper()
+	bermbin.RequireRoot(t)
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d := &bermd{state: filepath.Join(dir, "state"), socket: filepath.Join(dir, "bermd.sock"), metrics: addr, log: &bytes.Buffer{}}
+	args := append([]string{"--state-dir", d.state, "--socket", d.socket, "--metrics", addr, "--no-rules"}, extra...)
+	d.cmd = exec.Command(bermbin.Path(t, "bermd"), args...)
+	d.cmd.Stderr = d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.cmd.Process.Signal(os.Interrupt)
+		d.cmd.Wait()
+		if t.Failed() {
+			t.Logf("bermd log:\n%s", d.log)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(d.socket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bermd did not start:\n%s", d.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return d
+}
+
+// metric reads one value from bermd's /metrics.
+func (d *bermd) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	t.Fatalf("metric %s not exported", name)
+	return 0
+}
+
+// settled waits until bermd has a warm sandbox ready and starts none.
+func (d *bermd) settled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for d.metric(t, "berm_sandboxes_starting") != 0 || d.metric(t, "berm_sandboxes_warm") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("bermd did not settle with a warm sandbox")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (d *bermd) run(t *testing.T, stdin string, args ...string) bermbin.Result {
+	t.Helper()
+	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--socket", d.socket, "--daemon", "required"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
+}
+
+func (d *bermd) call(t *testing.T, id string) audit.Call {
+	t.Helper()
+	for _, c := range bermbin.Calls(t, d.state) {
+		if c.Start.CallID == id {
+			if c.Record == nil {
+				t.Fatalf("call %s has no record", id)
+			}
+			return c
+		}
+	}
+	t.Fatalf("call %s is not in bermd's journal", id)
+	return audit.Call{}
+}
+
+// A call handed to bermd runs with the caller's stdio, in a sandbox started ahead of it, under
+// the full policy; its record and timeline are in bermd's journal. A tenant without a warm
+// sandbox gets one started for its call.
+func TestDaemonRunsCallsWarmAndCold(t *testing.T) {
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("host secret"), 0o644)
+	os.Setenv("BERM_E2E_CALLER_ONLY", "leak")
+	defer os.Unsetenv("BERM_E2E_CALLER_ONLY")
+
+	script := `read line; echo "got $line"; echo to-stderr >&2; echo kept > out.txt
+cat ` + secret + ` 2>/dev/null && echo SECRET-READ
+echo x > /etc/berm-e2e 2>/dev/null && echo HOST-WRITE
+echo tmp > /tmp/t && echo tmp-ok
+env | grep -q BERM_E2E_CALLER_ONLY && echo ENV-LEAK
+exit 3`
+	for i, tenant := range []string{"default", "default", "other"} {
+		if tenant == "default" {
+			d.settled(t) // the default tenant is warmed at start and refilled after each call
+		}
+		id := fmt.Sprintf("daemon-%d", i)
+		r := d.run(t, "hello\n", "--call-id", id, "--tenant", tenant, "--tool", "shell", "--workspace", ws, "--", "/bin/sh", "-c", script)
+		if r.Exit != 3 {
+			t.Fatalf("call %s: exit %d, want the tool's 3\nstdout: %s\nstderr: %s", id, r.Exit, r.Stdout, r.Stderr)
+		}
+		if !strings.Contains(r.Stdout, "got hello") || !strings.Contains(r.Stdout, "tmp-ok") || !strings.Contains(r.Stderr, "to-stderr") {
+			t.Fatalf("call %s: stdio not the caller's\nstdout: %s\nstderr: %s", id, r.Stdout, r.Stderr)
+		}
+		for _, bad := range []string{"SECRET-READ", "HOST-WRITE", "ENV-LEAK"} {
+			if strings.Contains(r.Stdout, bad) {
+				t.Fatalf("call %s: %s\nstdout: %s", id, bad, r.Stdout)
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(data) != "kept\n" {
+			t.Fatalf("call %s: the workspace write did not land: %q %v", id, data, err)
+		}
+		os.Remove(filepath.Join(ws, "out.txt"))
+		c := d.call(t, id)
+		if c.Record.EndReason != event.EndExit || c.Record.ExitCode != 3 || c.Start.Tenant != tenant {
+			t.Fatalf("call %s: record %+v", id, c.Record)
+		}
+		tl := bermbin.Timeline(t, d.state, id)
+		var sawShell bool
+		for _, e := range tl.Events {
+			if e.Kind == event.KindExec && strings.HasSuffix(e.Exec.Filename, "/sh") {
+				sawShell = true
+			}
+		}
+		if !sawShell {
+			t.Fatalf("call %s: the tool's exec is not in its timeline", id)
+		}
+	}
+	if _, err := os.Stat("/etc/berm-e2e"); err == nil {
+		os.Remove("/etc/berm-e2e")
+		t.Fatal("a call wrote to the host's /etc")
+	}
+	if w, c := d.metric(t, "berm_sandbox_launches_warm_total"), d.metric(t, "berm_sandbox_launches_cold_total"); w != 2 || c != 1 {
+		t.Fatalf("launches: %v warm, %v cold; want 2 warm (tenant default) and 1 cold (tenant other)", w, c)
+	}
+}
+
+// A caller's SIGINT ends its call as interrupted; a caller killed outright ends it as
+// client_lost, and nothing of the call survives either.
+func TestDaemonCallEndsWithItsCaller(t *testing.T) {
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	for _, tc := range []struct {
+		id     string
+		sig    syscall.Signal
+		reason event.EndReason
+	}{
+		{"interrupted", syscall.SIGINT, event.EndInterrupted},
+		{"lost", syscall.SIGKILL, event.EndClientLost},
+	} {
+		d.settled(t)
+		marker := "berm-e2e-" + tc.id
+		cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required", "--call-id", tc.id,
+			"--workspace", ws, "--", "/bin/sh", "-c", "echo started > started; setsid sh -c 'sleep 300; : "+marker+"' & exec sh -c 'sleep 301; : "+marker+"'")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("%s: the call did not start", tc.id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		os.Remove(filepath.Join(ws, "started"))
+		cmd.Process.Signal(tc.sig)
+		cmd.Wait()
+		// The record is written when the call has ended; wait for it.
+		var c audit.Call
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			found := false
+			for _, cc := range bermbin.Calls(t, d.state) {
+				if cc.Start.CallID == tc.id && cc.Record != nil {
+					c, found = cc, true
+				}
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no record", tc.id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if c.Record.EndReason != tc.reason {
+			t.Fatalf("%s: end reason %s (%s), want %s", tc.id, c.Record.EndReason, c.Record.EndDetail, tc.reason)
+		}
+		if out, _ := exec.Command("pgrep", "-f", marker).Output(); len(out) > 0 {
+			t.Fatalf("%s: processes of the call survived: %s", tc.id, out)
+		}
+	}
+}
+
+// Bad requests fail with a clear error and run nothing: a taken call id, a broken policy.
+func TestDaemonRefusesBadCalls(t *testing.T) {
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required", "--call-id", "dup",
+		"--workspace", ws, "--", "/bin/sh", "-c", "echo started > started; exec sleep 30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGINT); cmd.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first call did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := d.run(t, "", "--call-id", "dup", "--workspace", ws, "--", "/bin/true")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "call id dup of tenant default is taken") {
+		t.Fatalf("a second call with a running call's id: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+
+	pol := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: bad}\nspec:\n  filesystem:\n    raed: [/usr]\n"), 0o644)
+	r = d.run(t, "", "--policy", pol, "--workspace", ws, "--", "/bin/true")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, pol+":6") || !strings.Contains(r.Stderr, "raed") {
+		t.Fatalf("a broken policy: exit %d, stderr %q; want its file:line and the field", r.Exit, r.Stderr)
+	}
+}

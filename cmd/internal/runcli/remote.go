@@ -1,0 +1,37 @@
+package runcli
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/bermsec/berm/agent/daemon/callproto"
+)
+
+// Remote hands the call to bermd, which launches it with this process's stdio, and waits for
+// its end. SIGINT and SIGTERM are passed on: the call ends as interrupted.
+func (o *Options) Remote() int {
+	cleanup, err := o.Resolve()
+	defer cleanup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	rep, err := callproto.Run(o.Socket, &o.Request, [3]*os.File{os.Stdin, os.Stdout, os.Stderr}, sigs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		return 1
+	}
+	if rep.Record == nil {
+		fmt.Fprintf(os.Stderr, "berm: %s\n", rep.Error)
+		if rep.ExitStatus == 0 {
+			return 1
+		}
+		return rep.ExitStatus
+	}
+	return o.Finish(rep.Record, rep.ExitStatus, rep.Warning)
+}

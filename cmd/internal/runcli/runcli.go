@@ -1,0 +1,283 @@
+// Package runcli is `berm run`'s command line: the flags, the call they describe (a
+// callproto.Request resolved in the caller's context) and what berm prints and writes when
+// the call has ended. Both berm binaries use it: the small front that hands calls to bermd,
+// and berm-full, which runs them with the agent embedded. It links nothing heavy.
+package runcli
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/agent/event"
+)
+
+// Options are `berm run`'s flags.
+type Options struct {
+	Request  callproto.Request
+	StateDir string
+	// StateDirGiven: an explicit --state-dir means this journal, so the embedded agent.
+	StateDirGiven bool
+	Summary       string
+	Daemon        string // auto, never, required
+	Socket        string
+	Rules         []string
+	NoRules       bool
+	User          string
+	Envs          []string
+	TracedNames   []string
+	workspace     string
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+type sizeFlag struct{ v *int64 }
+
+func (s sizeFlag) String() string {
+	if s.v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*s.v, 10)
+}
+func (s sizeFlag) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.v = n
+	return nil
+}
+
+// ParseSize reads 512Mi, 1G, 64k or a plain byte count.
+func ParseSize(v string) (int64, error) {
+	mult := int64(1)
+	num := v
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"K", 1000}, {"M", 1000 * 1000}, {"G", 1000 * 1000 * 1000}, {"k", 1 << 10}} {
+		if strings.HasSuffix(v, u.suffix) {
+			num, mult = strings.TrimSuffix(v, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("expected a positive size like 512Mi, 1G or 65536, got %q", v)
+	}
+	return n * mult, nil
+}
+
+// Parse reads the flags. A usage error has been printed when it returns an error.
+func Parse(args []string) (*Options, error) {
+	o := &Options{}
+	r := &o.Request
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/berm", "state directory (journal)")
+	fs.StringVar(&r.Tool, "tool", "adhoc", "tool name")
+	fs.StringVar(&r.Tenant, "tenant", "default", "tenant name")
+	fs.StringVar(&r.CallID, "call-id", "", "call id (default: generated)")
+	fs.StringVar(&o.workspace, "workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
+	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
+	fs.StringVar(&o.Summary, "summary", "", "write the call record as JSON to this file")
+	r.Limits = callproto.DefaultLimits
+	lim := &r.Limits
+	fs.DurationVar(&lim.WallTime, "timeout", lim.WallTime, "wall-time cap")
+	fs.Var(sizeFlag{&lim.MemoryBytes}, "memory", "memory cap (e.g. 512Mi)")
+	fs.Int64Var(&lim.Pids, "pids", lim.Pids, "process cap")
+	fs.Float64Var(&lim.CPUs, "cpus", lim.CPUs, "CPU cap in cores")
+	fs.Var(sizeFlag{&lim.OutputBytes}, "output-limit", "cap on stdout+stderr bytes")
+	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp")
+	fs.Var((*listFlag)(&o.Envs), "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
+	fs.Var((*listFlag)(&o.TracedNames), "trace-syscall", "also report this syscall one by one (repeatable)")
+	fs.StringVar(&o.User, "user", "", "UID[:GID] to run the tool as (default: the workspace's owner, or 65534 if root owns it)")
+	fs.StringVar(&o.Daemon, "daemon", "auto", "auto: use bermd when it runs and --state-dir is not given; never; required")
+	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
+	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
+	fs.BoolVar(&o.NoRules, "no-rules", false, "evaluate no detection rules (embedded agent only)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	r.Argv = fs.Args()
+	if len(r.Argv) == 0 {
+		fmt.Fprintln(os.Stderr, "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]")
+		return nil, flag.ErrHelp
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "state-dir":
+			o.StateDirGiven = true
+		case "memory", "pids", "cpus", "output-limit", "tmp-size", "timeout":
+			r.Explicit = append(r.Explicit, f.Name)
+		}
+	})
+	if o.Daemon != "auto" && o.Daemon != "never" && o.Daemon != "required" {
+		fmt.Fprintf(os.Stderr, "berm run: --daemon: expected auto, never or required, got %q\n", o.Daemon)
+		return nil, flag.ErrHelp
+	}
+	if r.CallID == "" {
+		r.CallID = newCallID()
+	}
+	if r.PolicyFile != "" {
+		abs, err := filepath.Abs(r.PolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		r.PolicyFile = abs
+	}
+	return o, nil
+}
+
+// UseDaemon says whether bermd runs this call.
+func (o *Options) UseDaemon() bool {
+	return o.Daemon == "required" || (o.Daemon == "auto" && !o.StateDirGiven && callproto.Available(o.Socket))
+}
+
+func newCallID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
+}
+
+// Resolve completes the request in the caller's context: the workspace (made when none was
+// given; the returned cleanup removes it), who the tool runs as, its environment, the
+// syscalls traced one by one.
+func (o *Options) Resolve() (cleanup func(), err error) {
+	r := &o.Request
+	cleanup = func() {}
+	for _, n := range o.TracedNames {
+		nr, err := event.SyscallNumber(n)
+		if err != nil {
+			return cleanup, fmt.Errorf("--trace-syscall: %w", err)
+		}
+		r.Traced = append(r.Traced, nr)
+	}
+	ws := o.workspace
+	if ws == "" {
+		// A root-controlled place (never a world-writable one like /var/tmp) whose parents the
+		// tool's uid can traverse; the workspace itself is the tool's own.
+		parent := "/run/berm/workspaces"
+		if err := os.MkdirAll(parent, 0o711); err != nil {
+			return cleanup, fmt.Errorf("create workspace: %w", err)
+		}
+		_ = os.Chmod("/run/berm", 0o711)
+		_ = os.Chmod(parent, 0o711)
+		dir, err := os.MkdirTemp(parent, r.CallID+"-")
+		if err != nil {
+			return cleanup, fmt.Errorf("create workspace: %w", err)
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			return cleanup, fmt.Errorf("chown workspace: %w", err)
+		}
+		ws = dir
+	}
+	if ws, err = filepath.Abs(ws); err != nil {
+		return cleanup, fmt.Errorf("workspace: %w", err)
+	}
+	if r.Workspace, err = filepath.EvalSymlinks(ws); err != nil {
+		return cleanup, fmt.Errorf("workspace: %w", err)
+	}
+	if r.UID, r.GID, err = runUser(o.User, r.Workspace); err != nil {
+		return cleanup, fmt.Errorf("--user: %w", err)
+	}
+	if r.Env, err = callEnv(o.Envs, r); err != nil {
+		return cleanup, fmt.Errorf("--env: %w", err)
+	}
+	return cleanup, nil
+}
+
+// runUser picks who the tool runs as: never root unless asked for by number.
+func runUser(spec, workspace string) (uint32, uint32, error) {
+	if spec != "" {
+		u, g, hasG := strings.Cut(spec, ":")
+		uid, err := strconv.ParseUint(u, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("expected UID[:GID] as numbers, got %q", spec)
+		}
+		gid := uid
+		if hasG {
+			if gid, err = strconv.ParseUint(g, 10, 32); err != nil {
+				return 0, 0, fmt.Errorf("expected UID[:GID] as numbers, got %q", spec)
+			}
+		}
+		return uint32(uid), uint32(gid), nil
+	}
+	st, err := os.Stat(workspace)
+	if err != nil {
+		return 0, 0, err
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if sys.Uid == 0 {
+		return 65534, 65534, nil
+	}
+	return sys.Uid, sys.Gid, nil
+}
+
+// callEnv is the tool's whole environment: a fixed base, and what the caller named.
+func callEnv(envs []string, r *callproto.Request) ([]string, error) {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + r.Workspace,
+		"TMPDIR=/tmp",
+		"LANG=C.UTF-8",
+		"BERM_CALL_ID=" + r.CallID,
+		"BERM_TOOL=" + r.Tool,
+		"BERM_TENANT=" + r.Tenant,
+	}
+	for _, e := range envs {
+		name, val, set := strings.Cut(e, "=")
+		if name == "" || strings.ContainsAny(name, " \x00") {
+			return nil, fmt.Errorf("expected NAME or NAME=VALUE, got %q", e)
+		}
+		if !set {
+			v, ok := os.LookupEnv(name)
+			if !ok {
+				return nil, fmt.Errorf("%s is not set in the caller's environment", name)
+			}
+			val = v
+		}
+		env = append(env, name+"="+val)
+	}
+	return env, nil
+}
+
+// Finish prints what the caller should know about the ended call, writes --summary, and
+// returns berm run's exit status.
+func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
+	if warning != "" {
+		fmt.Fprintf(os.Stderr, "berm: warning: %s\n", warning)
+	}
+	if r.EndReason != event.EndExit {
+		detail := ""
+		if r.EndDetail != "" {
+			detail = " (" + r.EndDetail + ")"
+		}
+		fmt.Fprintf(os.Stderr, "berm: call %s ended: %s%s, status %d\n", r.CallID, r.EndReason, detail, status)
+	}
+	if d := r.Dropped; d.Kernel+d.User > 0 {
+		fmt.Fprintf(os.Stderr, "berm: call %s: %d events were dropped (kernel %d, agent %d)\n", r.CallID, d.Kernel+d.User, d.Kernel, d.User)
+	}
+	if o.Summary != "" {
+		data, _ := json.MarshalIndent(r, "", "  ")
+		if err := os.WriteFile(o.Summary, append(data, '\n'), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "berm: write summary: %v\n", err)
+			if status == 0 {
+				return 1
+			}
+		}
+	}
+	return status
+}

@@ -1,0 +1,92 @@
+package sandboxer
+
+import (
+	"errors"
+	"os"
+
+	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/policy"
+)
+
+// LoadPolicy resolves a call's policy file (empty: the built-in strict policy) and takes the
+// caps it sets into lim; caps named in explicit (given as flags) keep their values.
+func LoadPolicy(path string, lim *event.Limits, explicit map[string]bool) (*policy.Policy, error) {
+	p := policy.Strict()
+	if path != "" {
+		var err error
+		if p, err = policy.Load(path); err != nil {
+			return nil, err
+		}
+	}
+	r := p.Spec.Resources
+	set := func(flag string, dst *int64, v int64) {
+		if !explicit[flag] && v > 0 {
+			*dst = v
+		}
+	}
+	set("memory", &lim.MemoryBytes, r.MemoryBytes)
+	set("pids", &lim.Pids, r.Pids)
+	set("output-limit", &lim.OutputBytes, r.OutputBytes)
+	set("tmp-size", &lim.TmpBytes, r.TmpSizeBytes)
+	if !explicit["cpus"] && r.MilliCPUs > 0 {
+		lim.CPUs = float64(r.MilliCPUs) / 1000
+	}
+	if !explicit["timeout"] && r.WallTime > 0 {
+		lim.WallTime = r.WallTime
+	}
+	return p, nil
+}
+
+// FromRequest is the call a request describes, its policy loaded and its caps resolved.
+func FromRequest(req *callproto.Request) (Spec, error) {
+	explicit := map[string]bool{}
+	for _, f := range req.Explicit {
+		explicit[f] = true
+	}
+	lim := req.Limits
+	pol, err := LoadPolicy(req.PolicyFile, &lim, explicit)
+	if err != nil {
+		return Spec{}, err
+	}
+	for _, f := range []struct{ field, v string }{{"--call-id", req.CallID}, {"--tool", req.Tool}, {"--tenant", req.Tenant}} {
+		if err := ValidName(f.field, f.v); err != nil {
+			return Spec{}, err
+		}
+	}
+	return Spec{
+		CallID: req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
+		Env: req.Env, UID: req.UID, GID: req.GID, Limits: lim, Policy: pol, PolicyFile: req.PolicyFile,
+		Traced: req.Traced,
+	}, nil
+}
+
+// Service launches the calls bermd is handed, with its agent and its warm sandboxes.
+type Service struct {
+	Agent *agent.Agent
+	Pool  *Pool
+	Init  string
+}
+
+// Launch runs one call to its end with the caller's stdio; stops end it early.
+func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop) callproto.Reply {
+	spec, err := FromRequest(req)
+	if err != nil {
+		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
+	}
+	if s.Init == "" {
+		return callproto.Reply{Error: errors.New("bermd has no sandbox init (berm-init) to launch calls with").Error(), ExitStatus: 125}
+	}
+	spec.Init, spec.Pool, spec.Stops = s.Init, s.Pool, stops
+	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
+	out, err := Run(spec, Local{Agent: s.Agent})
+	if out == nil {
+		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
+	}
+	rep := callproto.Reply{Record: out.Record, ExitStatus: out.ExitStatus}
+	if err != nil {
+		rep.Warning = err.Error()
+	}
+	return rep
+}

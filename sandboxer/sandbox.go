@@ -1,0 +1,207 @@
+package sandboxer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/sandboxer/cgroup"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
+)
+
+// sandbox is a sandbox init started in its own cgroups (v2 leaf entered at clone time, v1
+// joined) and fresh namespaces, waiting for its call's configuration. Everything about it is
+// independent of the call it will run: it is started for a call (cold) or ahead of one (warm,
+// see Pool). It runs exactly one call.
+type sandbox struct {
+	tenant string
+	newNet bool
+	cg     *cgroup.Cgroup
+	lease  *cgroup.Lease
+	cmd    *exec.Cmd
+	cfg    int      // the launcher's end of the config socket (config, then the caller's stdin)
+	stat   *os.File // the init's status, when the tool has ended
+	goW    *os.File // one byte lets the init start the tool
+	out    *os.File // the init's (and the tool's) stdout and stderr
+	errR   *os.File
+	// joined reports the v1 joins; joinErr keeps their outcome once read.
+	joined  chan error
+	joinErr error
+}
+
+// startSandbox creates the cgroups named name under tenant and starts the init in them.
+// A warm sandbox's init is given prepare, the root its tenant's last call had, to build ahead.
+func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgroup.Limits, newNet bool, prepare *sandboxinit.RootPlan) (_ *sandbox, err error) {
+	cg, err := cgroup.Create(layout, tenant, name, lim)
+	if err != nil {
+		return nil, err
+	}
+	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1}
+	defer func() {
+		if err != nil {
+			s.discard()
+		}
+	}()
+	if s.lease, err = cg.TakeLease(tenant, name); err != nil {
+		return nil, err
+	}
+
+	var toClose []*os.File
+	defer func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("config socket: %w", err)
+	}
+	s.cfg = pair[0]
+	cfgR := os.NewFile(uintptr(pair[1]), "config")
+	toClose = append(toClose, cfgR)
+	pipe := func(r **os.File) (*os.File, error) {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		*r = pr
+		toClose = append(toClose, pw)
+		return pw, nil
+	}
+	statW, err := pipe(&s.stat)
+	if err != nil {
+		return nil, err
+	}
+	outW, err := pipe(&s.out)
+	if err != nil {
+		return nil, err
+	}
+	errW, err := pipe(&s.errR)
+	if err != nil {
+		return nil, err
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	s.goW = goW
+	toClose = append(toClose, goR)
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	toClose = append(toClose, devNull)
+	cgfd, err := cg.OpenFD()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(cgfd)
+
+	flags := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	if newNet {
+		flags |= unix.CLONE_NEWNET
+	}
+	s.cmd = &exec.Cmd{
+		Path: initPath, Args: []string{sandboxinit.Arg0}, Env: []string{},
+		Stdin: devNull, Stdout: outW, Stderr: errW,
+		ExtraFiles: []*os.File{cfgR, statW, goR},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  uintptr(flags),
+			UseCgroupFD: true, CgroupFD: cgfd,
+			// If the launcher dies, the init dies, and with it the call's pid namespace.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	if prepare != nil {
+		if err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Prepare: prepare}); err != nil {
+			return nil, fmt.Errorf("prepare sandbox init: %w", err)
+		}
+	}
+	// On hybrid hosts the v1 controllers are joined while the call is being set up (a
+	// migration costs milliseconds of RCU waits); the init may start the tool only after.
+	s.joined = make(chan error, 1)
+	go func(pid int) { s.joined <- cg.JoinV1(pid) }(s.cmd.Process.Pid)
+	return s, nil
+}
+
+// ready waits until the init is in every cgroup of the call.
+func (s *sandbox) ready() error {
+	if s.joined == nil {
+		return nil
+	}
+	err := <-s.joined
+	s.joined = nil
+	s.joinErr = err
+	return err
+}
+
+// configure hands the init its call with the tool's stdin and the workspace (a detached copy
+// of its mount, see openWorkspace), and lets it go once it is in every cgroup of the call.
+func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace int) error {
+	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Call: cfg}, int(stdin.Fd()), workspace)
+	unix.Close(s.cfg)
+	s.cfg = -1
+	if err != nil {
+		return fmt.Errorf("configure sandbox init: %w", err)
+	}
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if _, err := s.goW.Write([]byte{1}); err != nil {
+		return fmt.Errorf("start the call: %w", err)
+	}
+	s.goW.Close()
+	s.goW = nil
+	return nil
+}
+
+// discard ends a sandbox that will not run (or has run) its call: its processes killed, its
+// cgroups removed, its lease released.
+func (s *sandbox) discard() error {
+	var errs []error
+	if s.cfg >= 0 {
+		unix.Close(s.cfg)
+		s.cfg = -1
+	}
+	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	s.goW, s.stat, s.out, s.errR = nil, nil, nil, nil
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+	_ = s.ready()
+	if err := s.cg.KillAndWait(5 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.cg.Remove(); err != nil {
+		errs = append(errs, err)
+	} else if s.lease != nil {
+		s.lease.Release()
+	}
+	return errors.Join(errs...)
+}
+
+// openWorkspace detaches a copy of the workspace's mount, without its sub-mounts, for the
+// init to attach in the call's root. A path would not do: a warm init's mount namespace is a
+// copy of the host's from before the call, and may not show the workspace's file system.
+func openWorkspace(dir string) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("open workspace %s: %w", dir, err)
+	}
+	return fd, nil
+}

@@ -1,0 +1,108 @@
+package sandboxinit
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The launcher talks to the init over a unix stream socket (fd 3) in frames: a 4-byte
+// little-endian length, then a JSON Message. Files travel with a frame's first bytes. A warm
+// init gets a Prepare frame when it starts and its call's frame when a call claims it; an init
+// started for its call gets the call's frame only.
+
+// Message is one frame.
+type Message struct {
+	// Prepare is what can be built before the call is known: the policy-granted part of the
+	// root. The call's own Root must match it, or the init builds the root again.
+	Prepare *RootPlan `json:"prepare,omitempty"`
+	// Call is the call. Its frame carries the tool's stdin and the workspace's detached mount.
+	Call *Config `json:"call,omitempty"`
+}
+
+// maxFrame bounds a frame: a config is a few KiB to a few hundred (argv, Landlock rules).
+const maxFrame = 64 << 20
+
+// SendFrame writes m to the socket fd with files attached.
+func SendFrame(fd int, m Message, files ...int) error {
+	payload, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	frame := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(payload)), uint32(len(payload)))
+	frame = append(frame, payload...)
+	var rights []byte
+	if len(files) > 0 {
+		rights = unix.UnixRights(files...)
+	}
+	n, err := unix.SendmsgN(fd, frame, rights, nil, 0)
+	for (err == nil || err == unix.EINTR) && n < len(frame) {
+		var m int
+		m, err = unix.Write(fd, frame[n:])
+		if m > 0 {
+			n += m
+		}
+	}
+	return err
+}
+
+// channel reads frames and the files sent with them.
+type channel struct {
+	fd    int
+	buf   []byte
+	files []*os.File
+}
+
+// next returns the next frame and every file received so far.
+func (c *channel) next() (*Message, []*os.File, error) {
+	chunk := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		if len(c.buf) >= 4 {
+			size := int(binary.LittleEndian.Uint32(c.buf))
+			if size > maxFrame {
+				return nil, nil, fmt.Errorf("frame of %d bytes from the launcher", size)
+			}
+			if len(c.buf) >= 4+size {
+				var m Message
+				if err := json.Unmarshal(c.buf[4:4+size], &m); err != nil {
+					return nil, nil, fmt.Errorf("decode launcher frame: %w", err)
+				}
+				c.buf = c.buf[4+size:]
+				files := c.files
+				c.files = nil
+				return &m, files, nil
+			}
+		}
+		n, oobn, _, _, err := unix.Recvmsg(c.fd, chunk, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, m := range msgs {
+				fds, err := unix.ParseUnixRights(&m)
+				if err != nil {
+					return nil, nil, err
+				}
+				for _, f := range fds {
+					c.files = append(c.files, os.NewFile(uintptr(f), "passed"))
+				}
+			}
+		}
+		if n == 0 {
+			return nil, nil, errors.New("the launcher closed without a configuration")
+		}
+		c.buf = append(c.buf, chunk[:n]...)
+	}
+}
