@@ -29,6 +29,7 @@ type sandbox struct {
 	goW    *os.File // one byte lets the init start the tool
 	out    *os.File // the init's (and the tool's) stdout and stderr
 	errR   *os.File
+	mntns  *os.File
 	// joined reports the v1 joins; joinErr keeps their outcome once read.
 	joined  chan error
 	joinErr error
@@ -126,6 +127,12 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 			return nil, fmt.Errorf("prepare sandbox init: %w", err)
 		}
 	}
+	// Hold the call's mount namespace: when the init exits, the namespace's teardown (an
+	// unmount of every mount in it, with RCU grace periods) then happens when the launcher lets
+	// go of it, after the caller has its reply, not on the init's way out.
+	if s.mntns, err = os.Open(fmt.Sprintf("/proc/%d/ns/mnt", s.cmd.Process.Pid)); err != nil {
+		return nil, fmt.Errorf("hold the sandbox's mount namespace: %w", err)
+	}
 	// On hybrid hosts the v1 controllers are joined while the call is being set up (a
 	// migration costs milliseconds of RCU waits); the init may start the tool only after.
 	s.joined = make(chan error, 1)
@@ -172,12 +179,12 @@ func (s *sandbox) discard() error {
 		unix.Close(s.cfg)
 		s.cfg = -1
 	}
-	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR} {
+	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR, s.mntns} {
 		if f != nil {
 			f.Close()
 		}
 	}
-	s.goW, s.stat, s.out, s.errR = nil, nil, nil, nil
+	s.goW, s.stat, s.out, s.errR, s.mntns = nil, nil, nil, nil, nil
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()

@@ -209,8 +209,12 @@ func write(dir, file, val string) error {
 	return nil
 }
 
-// SetLimits replaces the caps of a cgroup created ahead of its call (a warm sandbox's).
+// SetLimits replaces the caps of a cgroup created ahead of its call (a warm sandbox's); caps
+// already in place are not written again.
 func (cg *Cgroup) SetLimits(lim Limits) error {
+	if lim == cg.lims {
+		return nil
+	}
 	for c, on := range map[string]bool{"memory": lim.MemoryBytes > 0, "pids": lim.Pids > 0, "cpu": lim.CPUs > 0} {
 		if _, v1 := cg.l.V1[c]; on && v1 && cg.V1[c] == "" {
 			return fmt.Errorf("%s cap: the cgroup was created without a v1 %s cgroup", c, c)
