@@ -276,6 +276,11 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		_ = cmd.Wait()
 		sb.cmd = nil
 		copiers.Wait()
+		// An init that gave up on its own said why: that is the cause, not the closed pipe.
+		var st sandboxinit.Status
+		if data, _ := io.ReadAll(sb.stat); json.Unmarshal(data, &st) == nil && st.Error != "" {
+			err = fmt.Errorf("%w: sandbox init: %s", err, st.Error)
+		}
 		return fail(err)
 	}
 

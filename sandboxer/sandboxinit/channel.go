@@ -52,12 +52,23 @@ func SendFrame(fd int, m Message, files ...int) error {
 
 // channel reads frames and the files sent with them.
 type channel struct {
-	fd    int
-	buf   []byte
+	fd  int
+	buf []byte
+	off int64 // stream offset of buf[0]
+	// arrivals are files by the stream offset where the read that brought them ended. A read
+	// may return the tail of one frame and the head of the next; the kernel hands over a
+	// message's files with the read that ends with (some of) that message's bytes, and the
+	// launcher sends files with a frame's first bytes: so the files belong to the frame
+	// holding the last byte of that read.
+	arrivals []arrival
+}
+
+type arrival struct {
+	end   int64
 	files []*os.File
 }
 
-// next returns the next frame and every file received so far.
+// next returns the next frame and the files sent with it.
 func (c *channel) next() (*Message, []*os.File, error) {
 	chunk := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -72,9 +83,19 @@ func (c *channel) next() (*Message, []*os.File, error) {
 				if err := json.Unmarshal(c.buf[4:4+size], &m); err != nil {
 					return nil, nil, fmt.Errorf("decode launcher frame: %w", err)
 				}
+				start, end := c.off, c.off+int64(4+size)
 				c.buf = c.buf[4+size:]
-				files := c.files
-				c.files = nil
+				c.off = end
+				var files []*os.File
+				kept := c.arrivals[:0]
+				for _, a := range c.arrivals {
+					if a.end > start && a.end <= end {
+						files = append(files, a.files...)
+					} else {
+						kept = append(kept, a)
+					}
+				}
+				c.arrivals = kept
 				return &m, files, nil
 			}
 		}
@@ -90,15 +111,17 @@ func (c *channel) next() (*Message, []*os.File, error) {
 			if err != nil {
 				return nil, nil, err
 			}
+			a := arrival{end: c.off + int64(len(c.buf)+n)}
 			for _, m := range msgs {
 				fds, err := unix.ParseUnixRights(&m)
 				if err != nil {
 					return nil, nil, err
 				}
 				for _, f := range fds {
-					c.files = append(c.files, os.NewFile(uintptr(f), "passed"))
+					a.files = append(a.files, os.NewFile(uintptr(f), "passed"))
 				}
 			}
+			c.arrivals = append(c.arrivals, a)
 		}
 		if n == 0 {
 			return nil, nil, errors.New("the launcher closed without a configuration")

@@ -53,3 +53,32 @@ func TestChannelFrames(t *testing.T) {
 		t.Fatal("a closed channel gave a frame")
 	}
 }
+
+// A warm init may be slower to start than its call is to come: both frames are then queued
+// when it first reads, and one read returns the prepare frame with the head of the call's.
+// The files still go with the call's frame.
+func TestChannelFramesQueuedTogether(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[1])
+	f1, _ := os.Open(os.DevNull)
+	defer f1.Close()
+	if err := SendFrame(pair[0], Message{Prepare: &RootPlan{Binds: []Bind{{Path: "/usr"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendFrame(pair[0], Message{Call: &Config{Argv: []string{"/bin/true"}}}, int(f1.Fd()), int(f1.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(pair[0])
+	ch := &channel{fd: pair[1]}
+	m, files, err := ch.next()
+	if err != nil || m.Prepare == nil || len(files) != 0 {
+		t.Fatalf("prepare frame: %+v, %d files, %v", m, len(files), err)
+	}
+	m, files, err = ch.next()
+	if err != nil || m.Call == nil || len(files) != 2 {
+		t.Fatalf("call frame: %+v, %d files, %v", m, len(files), err)
+	}
+}
