@@ -14,8 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -81,27 +81,42 @@ type Reply struct {
 
 // Available reports whether a daemon answers on the socket.
 func Available(socket string) bool {
-	c, err := net.DialTimeout("unix", socket, 200*time.Millisecond)
+	fd, err := dial(socket)
 	if err != nil {
 		return false
 	}
-	c.Close()
+	unix.Close(fd)
 	return true
+}
+
+// dial connects to the socket. Raw syscalls, not package net: net would link the C resolver
+// (a dynamically linked front pays for the loader on every call) for a unix socket.
+func dial(socket string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: socket}); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Run sends the call to bermd with the given stdio and waits for its end. Values sent on
 // interrupts are forwarded while the call runs.
 func Run(socket string, req *Request, stdio [3]*os.File, interrupts <-chan os.Signal) (*Reply, error) {
-	c, err := net.DialTimeout("unix", socket, 2*time.Second)
+	fd, err := dial(socket)
 	if err != nil {
 		return nil, fmt.Errorf("connect to bermd at %s: %w", socket, err)
 	}
-	conn := c.(*net.UnixConn)
+	conn := os.NewFile(uintptr(fd), "bermd")
 	defer conn.Close()
 	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	if _, _, err := conn.WriteMsgUnix([]byte{RunMagic}, rights, nil); err != nil {
+	if err := unix.Sendmsg(fd, []byte{RunMagic}, rights, nil, 0); err != nil {
 		return nil, fmt.Errorf("send stdio to bermd: %w", err)
 	}
+	var mu sync.Mutex
 	enc := json.NewEncoder(conn)
 	if err := enc.Encode(req); err != nil {
 		return nil, fmt.Errorf("send call to bermd: %w", err)
@@ -114,7 +129,9 @@ func Run(socket string, req *Request, stdio [3]*os.File, interrupts <-chan os.Si
 			case <-stop:
 				return
 			case s := <-interrupts:
+				mu.Lock()
 				_ = enc.Encode(Interrupt{Signal: s.String()})
+				mu.Unlock()
 			}
 		}
 	}()
