@@ -321,17 +321,26 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	l.mu.Lock()
 	reason, detail := l.reason, l.detail
 	l.mu.Unlock()
+	// A cap hit faster than the watcher looks (every 20 ms) still ends the call with its reason;
+	// the tool's own status stands (berm did not kill it).
+	late := reason == ""
 	if reason == "" && ev.OOMKills > 0 {
-		// The OOM killer was faster than the watcher.
 		reason, detail = event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", spec.Limits.MemoryBytes)
 		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "memory", Limit: spec.Limits.MemoryBytes}})
+	}
+	if reason == "" && ev.PidsMax > 0 {
+		reason, detail = event.EndPidsLimit, fmt.Sprintf("process cap of %d", spec.Limits.Pids)
+		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "pids", Limit: spec.Limits.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)}})
 	}
 	switch {
 	case reason != "":
 		res.Reason, res.Detail = reason, detail
 		res.ExitSignal, res.ExitStatus = int(unix.SIGKILL), 128+int(unix.SIGKILL)
-		if st.Exited && (reason == event.EndInterrupted || reason == event.EndClientLost) {
+		switch {
+		case st.Exited && (late || reason == event.EndInterrupted || reason == event.EndClientLost):
 			res.ExitSignal, res.ExitCode, res.ExitStatus = 0, st.Code, st.Code
+		case late && st.Signal != 0:
+			res.ExitSignal, res.ExitStatus = st.Signal, 128+st.Signal
 		}
 	case st.Error != "" && !st.Started:
 		res.Reason, res.Detail = event.EndSetupFailed, st.Error
