@@ -39,61 +39,86 @@ func (b *batch) rows() int {
 
 // add turns one journal record into rows.
 func (b *batch) add(r journal.Record) (time.Time, error) {
-	d := decodeRecord(r.Type, r.Payload)
+	d := &decoded{typ: r.Type, raw: string(r.Payload)}
+	d.decode()
 	if d.err != nil {
 		return time.Time{}, d.err
 	}
 	return b.addDecoded(d), nil
 }
 
-// decoded is a journal record decoded and its events' details encoded: the costly part of
-// turning records into rows, done by several goroutines at once (see decodeAll).
+// decoded is a journal record turned into rows: the costly part of shipping, done by several
+// goroutines at once (see decodeAll). raw is the payload as a string, which the rows' strings
+// are slices of. A collector reuses its decoded records, run after run, with their rows'
+// memory: rows are copied into a batch's columns, and were the collector's largest garbage.
+// (Until reused, rows keep their record's text alive: a run's worth at most.)
 type decoded struct {
-	typ     journal.RecordType
-	pos     journal.Position
-	next    journal.Position
-	raw     []byte
-	start   *event.CallStart
-	record  *event.CallRecord
-	events  []event.Event
-	details []string
-	err     error
+	typ    journal.RecordType
+	pos    journal.Position
+	next   journal.Position
+	raw    string
+	start  *event.CallStart
+	record *event.CallRecord
+	events []eventRow
+	err    error
 }
 
-func decodeRecord(t journal.RecordType, payload []byte) *decoded {
-	d := &decoded{typ: t, raw: payload}
-	switch t {
+func (d *decoded) decode() {
+	d.start, d.record, d.err = nil, nil, nil
+	switch d.typ {
 	case journal.TypeCallStart:
-		d.start, d.err = journal.DecodeCallStart(payload)
+		d.start, d.err = journal.DecodeCallStart([]byte(d.raw))
 	case journal.TypeCallEnd:
-		d.record, d.err = journal.DecodeCallEnd(payload)
+		d.record, d.err = journal.DecodeCallEnd([]byte(d.raw))
 	case journal.TypeEvents:
-		// The journal's decoder (encoding/json) costs five times as much: the collector would
-		// be bound by it. goccy/go-json decodes the same JSON into the same values.
-		if err := gojson.Unmarshal(payload, &d.events); err != nil {
-			d.err = fmt.Errorf("decode events: %w", err)
-			return d
-		}
-		d.details = make([]string, len(d.events))
-		for i := range d.events {
-			detail, err := gojson.Marshal(partsOf(&d.events[i]))
-			if err != nil {
-				d.err = fmt.Errorf("encode event %s: %w", d.events[i].ID(), err)
-				return d
-			}
-			d.details[i] = string(detail)
+		var ok bool
+		if d.events, ok = scanEvents(d.raw, d.events[:0]); !ok {
+			d.events, d.err = decodeEvents(d.raw)
 		}
 	default:
-		d.err = fmt.Errorf("unknown record type %s", t)
+		d.err = fmt.Errorf("unknown record type %s", d.typ)
 	}
-	return d
+}
+
+// decodeEvents is the general way to turn an events record into rows, for records that
+// scanEvents does not take (not in the form the journal's writer gives them): decode, then
+// encode each event's parts for the detail column. The journal's decoder (encoding/json) costs
+// five times as much as goccy/go-json, which decodes the same JSON into the same values.
+func decodeEvents(payload string) ([]eventRow, error) {
+	var evs []event.Event
+	if err := gojson.Unmarshal([]byte(payload), &evs); err != nil {
+		return nil, fmt.Errorf("decode events: %w", err)
+	}
+	rows := make([]eventRow, len(evs))
+	for i := range evs {
+		detail, err := gojson.Marshal(partsOf(&evs[i]))
+		if err != nil {
+			return nil, fmt.Errorf("encode event %s: %w", evs[i].ID(), err)
+		}
+		rows[i] = rowOf(&evs[i], string(detail))
+	}
+	return rows, nil
+}
+
+// appendDecoded adds a record to a run to decode, reusing the decoded record that held its
+// place in an earlier run.
+func appendDecoded(run []*decoded, r journal.Record) []*decoded {
+	n := len(run)
+	if n < cap(run) && run[:n+1][n] != nil {
+		run = run[:n+1]
+	} else {
+		run = append(run, &decoded{})
+	}
+	d := run[n]
+	*d = decoded{typ: r.Type, pos: r.Pos, next: r.Next, raw: string(r.Payload), events: d.events[:0]}
+	return run
 }
 
 // decodeAll decodes records on n goroutines.
 func decodeAll(recs []*decoded, n int) {
 	if len(recs) < 2 || n < 2 {
 		for _, d := range recs {
-			*d = *decodeRecord(d.typ, d.raw)
+			d.decode()
 		}
 		return
 	}
@@ -103,9 +128,7 @@ func decodeAll(recs []*decoded, n int) {
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < len(recs); i += n {
-				pos, next := recs[i].pos, recs[i].next
-				recs[i] = decodeRecord(recs[i].typ, recs[i].raw)
-				recs[i].pos, recs[i].next = pos, next
+				recs[i].decode()
 			}
 		}(w)
 	}
@@ -125,12 +148,12 @@ func (b *batch) addDecoded(d *decoded) time.Time {
 	var first time.Time
 	for i := range d.events {
 		e := &d.events[i]
-		b.events.add(e, d.details[i])
-		if e.Kind == event.KindAlert && e.Alert != nil {
+		b.events.add(e)
+		if e.alert != nil {
 			b.alerts.add(e)
 		}
-		if first.IsZero() || e.Time.Before(first) {
-			first = e.Time
+		if first.IsZero() || e.time.Before(first) {
+			first = e.time
 		}
 	}
 	return first

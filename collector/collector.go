@@ -9,14 +9,12 @@
 package collector
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -245,14 +243,14 @@ func (c *Collector) produce(ctx context.Context, pos journal.Position, once bool
 		return nil
 	}
 	newBatch()
+	// Records are decoded in runs, on all cores, then added to batches in order.
+	var run []*decoded
 	for {
 		size, err := journal.Size(c.dir, pos)
 		if err != nil {
 			return fmt.Errorf("journal backlog: %w", err)
 		}
 		if size > 0 {
-			// Records are decoded in runs, on all cores, then added to batches in order.
-			var run []*decoded
 			flush := func() error {
 				decodeAll(run, c.workers)
 				for _, d := range run {
@@ -276,7 +274,7 @@ func (c *Collector) produce(ctx context.Context, pos journal.Position, once bool
 				return nil
 			}
 			res, err := journal.Scan(c.dir, pos, func(r journal.Record) error {
-				run = append(run, &decoded{typ: r.Type, pos: r.Pos, next: r.Next, raw: bytes.Clone(r.Payload)})
+				run = appendDecoded(run, r)
 				if len(run) >= decodeRun {
 					return flush()
 				}
@@ -402,9 +400,13 @@ func (c *Collector) insertBatch(ctx context.Context, conn driver.Conn, o SchemaO
 		{"events", b.events.columns(o.Dialect), func() []string { return eventKeys(b.events.callID, b.events.seq) }},
 		{"alerts", b.alerts.columns(o.Dialect), func() []string { return eventKeys(b.alerts.callID, b.alerts.seq) }},
 	}
+	block := insertBlock
 	if o.Cluster != "" {
 		// Acknowledged must mean stored on the shard, not queued on this node.
 		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+		// A synchronous insert into a Distributed table is not squashed: each block would
+		// be an insert of its own on the shards.
+		block = 0
 	}
 	for _, t := range tables {
 		n := rowCount(t.cols)
@@ -427,7 +429,7 @@ func (c *Collector) insertBatch(ctx context.Context, conn driver.Conn, o SchemaO
 				continue
 			}
 		}
-		if err := insert(ctx, conn, o.Table(t.table), cols); err != nil {
+		if err := insert(ctx, conn, o.Table(t.table), cols, block); err != nil {
 			return err
 		}
 		c.m.rows.WithLabelValues(t.table).Add(float64(n))
@@ -452,28 +454,6 @@ func eventKeys(callIDs []string, seqs []uint64) []string {
 		keys[i] = fmt.Sprintf("%s/%d", callIDs[i], seqs[i])
 	}
 	return keys
-}
-
-// insert sends one batch insert with an explicit column list.
-func insert(ctx context.Context, conn driver.Conn, table string, cols []column) error {
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.name
-	}
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+strings.Join(names, ", ")+")")
-	if err != nil {
-		return fmt.Errorf("insert into %s: %w", table, err)
-	}
-	for i, c := range cols {
-		if err := b.Column(i).Append(c.values); err != nil {
-			b.Abort()
-			return fmt.Errorf("insert into %s: column %s: %w", table, c.name, err)
-		}
-	}
-	if err := b.Send(); err != nil {
-		return fmt.Errorf("insert into %s: %w", table, err)
-	}
-	return nil
 }
 
 // missing finds which of a replayed batch's rows ClickHouse already has; keep marks the

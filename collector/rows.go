@@ -58,58 +58,80 @@ type eventRows struct {
 
 func (r *eventRows) len() int { return len(r.seq) }
 
-// add adds an event; detail is its parts as JSON (partsOf).
-func (r *eventRows) add(e *event.Event, detail string) {
-	var (
-		path, errno, syscall, rule string
-		addr                       [16]byte
-		port                       uint16
-		result                     int64
-	)
+// eventRow is an event as the events table (and, for an alert, the alerts table) stores it:
+// decoding makes these on several goroutines, batches add them in journal order.
+type eventRow struct {
+	tenant, tool, callID, kind string
+	seq                        uint64
+	time                       time.Time // UTC
+	pid, tid, ppid, uid        uint32
+	comm, exe, parentExe       string
+	path                       string
+	addr                       [16]byte
+	port                       uint16
+	result                     int64
+	errno, syscall, rule       string
+	detail                     string       // the parts as JSON (partsOf)
+	alert                      *event.Alert // for an alert, its row in the alerts table
+}
+
+// rowOf makes an event's row; detail is its parts as JSON.
+func rowOf(e *event.Event, detail string) eventRow {
+	r := eventRow{
+		tenant: e.Tenant, tool: e.Tool, callID: e.CallID, kind: string(e.Kind), seq: e.Seq,
+		time: e.Time.UTC(), pid: e.PID, tid: e.TID, ppid: e.PPID, uid: e.UID,
+		comm: e.Comm, exe: e.Exe, parentExe: e.ParentExe, detail: detail,
+	}
 	switch {
 	case e.Open != nil:
-		path, result, errno = e.Open.Path, e.Open.Result, e.Open.Errno
+		r.path, r.result, r.errno = e.Open.Path, e.Open.Result, e.Open.Errno
 	case e.Connect != nil:
-		result, errno, port = e.Connect.Result, e.Connect.Errno, e.Connect.Port
+		r.result, r.errno, r.port = e.Connect.Result, e.Connect.Errno, e.Connect.Port
 		if ip, err := netip.ParseAddr(e.Connect.Addr); err == nil {
-			addr = ip.As16()
+			r.addr = ip.As16()
 		} else {
-			path = e.Connect.Addr // a unix socket
+			r.path = e.Connect.Addr // a unix socket
 		}
 	case e.Syscall != nil:
-		path, result, errno, syscall = e.Syscall.Path, e.Syscall.Result, e.Syscall.Errno, e.Syscall.Name
+		r.path, r.result, r.errno, r.syscall = e.Syscall.Path, e.Syscall.Result, e.Syscall.Errno, e.Syscall.Name
 	case e.Exec != nil:
-		path = e.Exec.Filename
+		r.path = e.Exec.Filename
 	case e.Denial != nil:
-		path, rule = e.Denial.Object, e.Denial.Rule
+		r.path, r.rule = e.Denial.Object, e.Denial.Rule
 	case e.Alert != nil:
-		rule = e.Alert.RuleID
+		r.rule = e.Alert.RuleID
 	case e.Exit != nil:
-		result = int64(e.Exit.Code)
+		r.result = int64(e.Exit.Code)
 	}
-	t := e.Time.UTC()
-	r.tenant = append(r.tenant, e.Tenant)
-	r.tool = append(r.tool, e.Tool)
-	r.callID = append(r.callID, e.CallID)
-	r.seq = append(r.seq, e.Seq)
-	r.time = append(r.time, t)
-	r.timeNs = append(r.timeNs, uint32(t.Nanosecond()))
-	r.kind = append(r.kind, string(e.Kind))
-	r.pid = append(r.pid, e.PID)
-	r.tid = append(r.tid, e.TID)
-	r.ppid = append(r.ppid, e.PPID)
-	r.uid = append(r.uid, e.UID)
-	r.comm = append(r.comm, e.Comm)
-	r.exe = append(r.exe, e.Exe)
-	r.parentExe = append(r.parentExe, e.ParentExe)
-	r.path = append(r.path, path)
-	r.addr = append(r.addr, addr)
-	r.port = append(r.port, port)
-	r.result = append(r.result, result)
-	r.errno = append(r.errno, errno)
-	r.syscall = append(r.syscall, syscall)
-	r.rule = append(r.rule, rule)
-	r.detail = append(r.detail, detail)
+	if e.Kind == event.KindAlert {
+		r.alert = e.Alert
+	}
+	return r
+}
+
+func (r *eventRows) add(e *eventRow) {
+	r.tenant = append(r.tenant, e.tenant)
+	r.tool = append(r.tool, e.tool)
+	r.callID = append(r.callID, e.callID)
+	r.seq = append(r.seq, e.seq)
+	r.time = append(r.time, e.time)
+	r.timeNs = append(r.timeNs, uint32(e.time.Nanosecond()))
+	r.kind = append(r.kind, e.kind)
+	r.pid = append(r.pid, e.pid)
+	r.tid = append(r.tid, e.tid)
+	r.ppid = append(r.ppid, e.ppid)
+	r.uid = append(r.uid, e.uid)
+	r.comm = append(r.comm, e.comm)
+	r.exe = append(r.exe, e.exe)
+	r.parentExe = append(r.parentExe, e.parentExe)
+	r.path = append(r.path, e.path)
+	r.addr = append(r.addr, e.addr)
+	r.port = append(r.port, e.port)
+	r.result = append(r.result, e.result)
+	r.errno = append(r.errno, e.errno)
+	r.syscall = append(r.syscall, e.syscall)
+	r.rule = append(r.rule, e.rule)
+	r.detail = append(r.detail, e.detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {
@@ -177,19 +199,18 @@ type alertRows struct {
 
 func (r *alertRows) len() int { return len(r.seq) }
 
-func (r *alertRows) add(e *event.Event) {
-	a := e.Alert
-	t := e.Time.UTC()
+func (r *alertRows) add(e *eventRow) {
+	a := e.alert
 	tech := a.Technique
 	if tech == nil {
 		tech = []string{}
 	}
-	r.tenant = append(r.tenant, e.Tenant)
-	r.tool = append(r.tool, e.Tool)
-	r.callID = append(r.callID, e.CallID)
-	r.seq = append(r.seq, e.Seq)
-	r.time = append(r.time, t)
-	r.timeNs = append(r.timeNs, uint32(t.Nanosecond()))
+	r.tenant = append(r.tenant, e.tenant)
+	r.tool = append(r.tool, e.tool)
+	r.callID = append(r.callID, e.callID)
+	r.seq = append(r.seq, e.seq)
+	r.time = append(r.time, e.time)
+	r.timeNs = append(r.timeNs, uint32(e.time.Nanosecond()))
 	r.ruleID = append(r.ruleID, a.RuleID)
 	r.title = append(r.title, a.Title)
 	r.severity = append(r.severity, a.Severity)
@@ -234,7 +255,7 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func (r *startRows) add(s *event.CallStart, raw []byte) {
+func (r *startRows) add(s *event.CallStart, raw string) {
 	t := s.Start.UTC()
 	r.tenant = append(r.tenant, s.Tenant)
 	r.tool = append(r.tool, s.Tool)
@@ -247,7 +268,7 @@ func (r *startRows) add(s *event.CallStart, raw []byte) {
 	r.cgroupID = append(r.cgroupID, s.CgroupID)
 	r.argv = append(r.argv, nonNil(s.Argv))
 	r.layers = append(r.layers, nonNil(s.Layers))
-	r.raw = append(r.raw, string(raw))
+	r.raw = append(r.raw, raw)
 }
 
 func (r *startRows) columns(d Dialect) []column {
@@ -296,7 +317,7 @@ func mapColumns(m map[string]uint64) ([]string, []uint64) {
 	return names, counts
 }
 
-func (r *callRows) add(c *event.CallRecord, raw []byte) {
+func (r *callRows) add(c *event.CallRecord, raw string) {
 	start, end := c.Start.UTC(), c.End.UTC()
 	r.tenant = append(r.tenant, c.Tenant)
 	r.tool = append(r.tool, c.Tool)
@@ -330,7 +351,7 @@ func (r *callRows) add(c *event.CallRecord, raw []byte) {
 	r.alerts = append(r.alerts, c.Counts.Alert)
 	r.dropKern = append(r.dropKern, c.Dropped.Kernel)
 	r.dropUser = append(r.dropUser, c.Dropped.User)
-	r.raw = append(r.raw, string(raw))
+	r.raw = append(r.raw, raw)
 }
 
 func (r *callRows) columns(d Dialect) []column {
