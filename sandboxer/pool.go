@@ -36,6 +36,7 @@ type Pool struct {
 	plans   map[string]*sandboxinit.RootPlan // the root of each tenant's last call
 	pending int                              // refills scheduled, not started yet
 	closed  bool
+	stop    chan struct{} // ends renew
 	wg      sync.WaitGroup
 
 	// Warm and Cold count the calls launched each way.
@@ -52,18 +53,62 @@ var poolLimits = cgroup.Limits{MemoryBytes: DefaultLimits.MemoryBytes, Pids: Def
 
 // NewPool starts a pool and warms the given tenants.
 func NewPool(initPath string, size int, log *slog.Logger, tenants ...string) (*Pool, error) {
+	return newPool(initPath, size, time.Minute, log, tenants...)
+}
+
+func newPool(initPath string, size int, maxAge time.Duration, log *slog.Logger, tenants ...string) (*Pool, error) {
 	layout, err := hostLayout()
 	if err != nil {
 		return nil, err
 	}
 	p := &Pool{
-		Init: initPath, Size: size, MaxTenants: 16, MaxAge: time.Minute, Log: log,
+		Init: initPath, Size: size, MaxTenants: 16, MaxAge: maxAge, Log: log,
 		layout: layout, idle: map[string][]warm{}, filling: map[string]bool{}, used: map[string]time.Time{}, plans: map[string]*sandboxinit.RootPlan{},
 	}
 	for _, t := range tenants {
 		p.refill(t)
 	}
+	if size > 0 {
+		p.stop = make(chan struct{})
+		p.wg.Add(1)
+		go p.renew()
+	}
 	return p, nil
+}
+
+// renew replaces warm sandboxes that reach MaxAge, so that a call after a quiet spell still
+// finds a fresh one instead of starting its own.
+func (p *Pool) renew() {
+	defer p.wg.Done()
+	tick := time.NewTicker(p.MaxAge / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		var stale []string
+		p.mu.Lock()
+		for tenant, ws := range p.idle {
+			fresh := ws[:0]
+			for _, w := range ws {
+				if time.Since(w.started) >= p.MaxAge {
+					p.retire(w.s)
+					continue
+				}
+				fresh = append(fresh, w)
+			}
+			if len(fresh) < len(ws) {
+				stale = append(stale, tenant)
+			}
+			p.idle[tenant] = fresh
+		}
+		p.mu.Unlock()
+		for _, t := range stale {
+			p.refill(t)
+		}
+	}
 }
 
 // take claims a warm sandbox of tenant, or returns nil. The call's root is remembered: the
@@ -219,6 +264,9 @@ func (p *Pool) Close() error {
 	idle := p.idle
 	p.idle = map[string][]warm{}
 	p.mu.Unlock()
+	if p.stop != nil {
+		close(p.stop)
+	}
 	for _, ws := range idle {
 		for _, w := range ws {
 			p.retire(w.s)
