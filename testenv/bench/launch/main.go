@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bermsec/berm/agent/daemon/callproto"
 )
 
 // cleanups run before any exit, so a failed run leaves no daemon behind.
@@ -139,6 +141,29 @@ func main() {
 	for i := 0; i < *n; i++ {
 		wBack = append(wBack, timeRun(berm, append(run("--"), "/bin/true")...))
 	}
+	// The same call from a process that stays (an agent speaking bermd's protocol itself):
+	// what the daemon path costs without a berm process per call. Interleaved with its own
+	// bare execs, on a settled bermd.
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	must(err)
+	var sBare, sSDK []time.Duration
+	for i := 0; i < *n; i++ {
+		d.settle()
+		sBare = append(sBare, timeRun("/bin/true"))
+		d.settle()
+		req := &callproto.Request{
+			CallID: fmt.Sprintf("sdk-%d-%d", os.Getpid(), i), Tool: "bench", Tenant: "default",
+			Argv: []string{"/bin/true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"},
+			UID: 65534, GID: 65534, Limits: callproto.DefaultLimits, PolicyFile: basePol,
+		}
+		t0 := time.Now()
+		rep, err := callproto.Run(sock, req, [3]*os.File{devNull, devNull, devNull}, nil)
+		sSDK = append(sSDK, time.Since(t0))
+		if err == nil && rep.Record == nil {
+			err = fmt.Errorf("%s", rep.Error)
+		}
+		must(err)
+	}
 	warmN, coldN := d.metric("berm_sandbox_launches_warm_total"), d.metric("berm_sandbox_launches_cold_total")
 
 	var outside, inside, traced []float64
@@ -186,6 +211,10 @@ func main() {
 	row("bwrap --unshare-all /bin/true (cold run)", cBare, cBwrap, cBwrap)
 	coldRatio := row("berm run, cold sandbox", cBare, cBwrap, cBerm)
 	fmt.Printf("| berm run, back to back (no wait for the refill) | %s | %s | - | - |\n", ms(pct(wBack, .5)), ms(pct(wBack, .99)))
+	fmt.Printf("| bare exec /bin/true (protocol run) | %s | %s | - | - |\n", ms(pct(sBare, .5)), ms(pct(sBare, .99)))
+	fmt.Printf("| the same call through bermd's protocol from a running process, warm | %s | %s | %s | %.2f (against the warm run's bwrap) |\n",
+		ms(pct(sSDK, .5)), ms(pct(sSDK, .99)), ms(pct(sSDK, .5)-pct(sBare, .5)),
+		float64(pct(sSDK, .5)-pct(sBare, .5))/float64(pct(wBwrap, .5)-pct(wBare, .5)))
 	fmt.Printf("\nberm overhead / bwrap overhead (p50): warm **%.2f**, cold **%.2f** (target <= 0.5); bermd launched %.0f calls warm and %.0f cold in the warm runs\n\n",
 		warmRatio, coldRatio, warmN, coldN)
 
