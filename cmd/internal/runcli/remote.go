@@ -27,11 +27,10 @@ func (o *Options) Remote() int {
 		return 1
 	}
 	if rep.Record == nil {
+		// The call did not run (a bad request, a policy that does not compile): berm's own
+		// failure, the same status as with the agent embedded.
 		fmt.Fprintf(os.Stderr, "berm: %s\n", rep.Error)
-		if rep.ExitStatus == 0 {
-			return 1
-		}
-		return rep.ExitStatus
+		return 1
 	}
 	return o.Finish(rep.Record, rep.ExitStatus, rep.Warning)
 }
