@@ -124,6 +124,8 @@ func Main() {
 	if err := setupMounts(&cfg, prepared); err != nil {
 		report(Status{Error: err.Error()}, 125)
 	}
+	// The workspace's fd was used by number: its File must not be collected (and closed) first.
+	runtime.KeepAlive(fds[1])
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		report(Status{Error: "sethostname: " + err.Error()}, 125)
 	}
