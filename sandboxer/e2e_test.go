@@ -295,3 +295,27 @@ func TestJournalSurvivesKill9(t *testing.T) {
 		}
 	}
 }
+
+// The tool inherits stdin, stdout and stderr and no other file of berm's or of berm's caller:
+// with the init's status pipe a tool could forge or garble the end of its own call.
+func TestToolInheritsOnlyStdio(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	// A file berm's caller leaves open (not close-on-exec) for berm to inherit.
+	leak, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leak.Close()
+	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--state-dir", state, "--no-rules", "--workspace", ws, "--",
+		"/usr/bin/python3", "-c", "import os; print(' '.join(sorted(os.listdir('/proc/self/fd'), key=int)))")
+	cmd.ExtraFiles = []*os.File{leak, leak, leak, leak, leak, leak, leak}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("berm run: %v\n%s", err, out)
+	}
+	// 0-2, and the directory listdir itself opened.
+	if got := strings.TrimSpace(string(out)); got != "0 1 2 3" {
+		t.Fatalf("the tool holds files %q, want only 0 1 2 (and listdir's 3)", got)
+	}
+}

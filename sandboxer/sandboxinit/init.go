@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -93,6 +95,12 @@ func Main() {
 	report := func(st Status, code int) {
 		_ = json.NewEncoder(status).Encode(st)
 		os.Exit(code)
+	}
+	// The tool gets stdin, stdout and stderr, nothing else of the init's: not the status pipe
+	// (a tool that wrote there would forge or garble its own end), not the go pipe, not what
+	// the launcher inherited from whoever started it.
+	if err := closeOnExecFrom(3); err != nil {
+		report(Status{Error: "mark inherited files close-on-exec: " + err.Error()}, 125)
 	}
 	ch := &channel{fd: 3}
 	msg, fds, err := ch.next()
@@ -192,6 +200,25 @@ func Main() {
 		st.Exited, st.Code = true, ws.ExitStatus()
 		report(st, st.Code)
 	}
+}
+
+// closeOnExecFrom marks every file descriptor from first up close-on-exec.
+func closeOnExecFrom(first int) error {
+	err := unix.CloseRange(uint(first), math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err != unix.ENOSYS && err != unix.EINVAL {
+		return err
+	}
+	// Kernels before 5.11: one by one.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // newRoot is where the call's root is built before pivot_root: the init's own /tmp, which
