@@ -278,3 +278,47 @@ func TestDaemonRefusesBadCalls(t *testing.T) {
 		t.Fatalf("a broken policy: exit %d, stderr %q; want its file:line and the field", r.Exit, r.Stderr)
 	}
 }
+
+// A warm sandbox is created with default caps; the call that claims it gets its own, raised
+// or lowered, before its tool starts.
+func TestDaemonWarmCallTakesItsCaps(t *testing.T) {
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	for _, mem := range []int64{1 << 30, 64 << 20} {
+		d.settled(t)
+		id := fmt.Sprintf("caps-%d", mem)
+		cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required", "--call-id", id,
+			"--memory", strconv.FormatInt(mem, 10), "--workspace", ws, "--", "/bin/sh", "-c", "echo started > started; exec sleep 30")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("%s did not start", id)
+			}
+		}
+		os.Remove(filepath.Join(ws, "started"))
+		var found []string
+		for _, pattern := range []string{"/sys/fs/cgroup/memory/berm/default/warm-*/memory.limit_in_bytes", "/sys/fs/cgroup/berm/default/warm-*/memory.max", "/sys/fs/cgroup/unified/berm/default/warm-*/memory.max"} {
+			files, _ := filepath.Glob(pattern)
+			for _, f := range files {
+				if data, err := os.ReadFile(f); err == nil {
+					found = append(found, strings.TrimSpace(string(data)))
+				}
+			}
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		want := strconv.FormatInt(mem, 10)
+		if !strings.Contains(" "+strings.Join(found, " ")+" ", " "+want+" ") {
+			t.Fatalf("%s: no warm cgroup has the call's memory cap %s: %v", id, want, found)
+		}
+	}
+	if w := d.metric(t, "berm_sandbox_launches_warm_total"); w != 2 {
+		t.Fatalf("%v warm launches, want both calls warm", w)
+	}
+}

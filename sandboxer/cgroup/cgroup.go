@@ -229,10 +229,14 @@ func (cg *Cgroup) apply() error {
 	if lim.MemoryBytes > 0 {
 		if d, ok := cg.V1["memory"]; ok {
 			// Swap would let a memory bomb outlive its cap; memsw may be absent without swap.
-			if err := write(d, "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+			// memsw may never be below the memory limit: raising a cap (a warm cgroup's) means
+			// memsw first, lowering it means memsw last; trying both orders covers both.
+			v := strconv.FormatInt(lim.MemoryBytes, 10)
+			_ = write(d, "memory.memsw.limit_in_bytes", v)
+			if err := write(d, "memory.limit_in_bytes", v); err != nil {
 				return err
 			}
-			_ = write(d, "memory.memsw.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10))
+			_ = write(d, "memory.memsw.limit_in_bytes", v)
 			_ = write(d, "memory.swappiness", "0")
 		} else {
 			if err := write(cg.V2, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
