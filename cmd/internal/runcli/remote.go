@@ -12,6 +12,10 @@ import (
 // Remote hands the call to bermd, which launches it with this process's stdio, and waits for
 // its end. SIGINT and SIGTERM are passed on: the call ends as interrupted.
 func (o *Options) Remote() int {
+	if len(o.Rules) > 0 || o.NoRules {
+		// Not silently: the caller asked for something this call will not get.
+		fmt.Fprintln(os.Stderr, "berm: warning: --rules and --no-rules are for the embedded agent; bermd evaluates its own ruleset (bermd --rules, --no-rules)")
+	}
 	cleanup, err := o.Resolve()
 	defer cleanup()
 	if err != nil {

@@ -244,7 +244,7 @@ func main() {
 	target := "127.0.0.1:" + strconv.Itoa(closed)
 	var oHost, oSmall, o100, cHost, cSmall, c100 []float64
 	in := func(pol string, args ...string) float64 {
-		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--no-rules", "--policy", pol, "--", "./sysloop"}
+		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--policy", pol, "--", "./sysloop"}
 		v, _ := strconv.ParseFloat(output(berm, append(a, args...)...), 64)
 		return v
 	}
