@@ -224,8 +224,8 @@ type CallOptions struct {
 	// Network says the call shares the host's network namespace: the cgroup sock hooks
 	// enforce its egress policy, and a call that needs them is refused when they are missing.
 	Network bool `json:"network"`
-	// InitPID is the sandbox init already in the cgroup (a sandbox started ahead of its call):
-	// its set-up is berm's, not the tool's. Zero: the call's first fork names it.
+	// InitPID is the sandbox init, already in the cgroup when the call begins: its set-up is
+	// berm's, not the tool's, and is not judged.
 	InitPID uint32 `json:"init_pid,omitempty"`
 }
 
@@ -535,10 +535,6 @@ func (a *Agent) flushAll() {
 
 // enrich keeps the call's process tree and names each event's program and parent program.
 func (c *Call) enrich(ev *event.Event) {
-	// The call's first fork comes from the launcher, outside the cgroup: its child is the init.
-	if c.initPID == 0 && ev.Kind == event.KindFork {
-		c.initPID = ev.Fork.ChildPID
-	}
 	switch ev.Kind {
 	case event.KindExec:
 		c.procs[ev.PID] = ev.Exec.Filename
