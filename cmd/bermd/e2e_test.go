@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
+	"github.com/bermsec/berm/testenv/promscrape"
 )
 
 // bermd is a bermd started for one test, with its own state, socket and metrics port.
@@ -67,20 +66,11 @@ func startDaemon(t *testing.T, extra ...string) *bermd {
 // metric reads one value from bermd's /metrics.
 func (d *bermd) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	v, err := promscrape.Value(d.metrics, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	t.Fatalf("metric %s not exported", name)
-	return 0
+	return v
 }
 
 // settled waits until bermd has a warm sandbox ready and starts none.
@@ -97,18 +87,7 @@ func (d *bermd) settled(t *testing.T) {
 
 func (d *bermd) run(t *testing.T, stdin string, args ...string) bermbin.Result {
 	t.Helper()
-	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--socket", d.socket, "--daemon", "required"}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
+	return bermbin.BermIn(t, nil, strings.NewReader(stdin), append([]string{"run", "--socket", d.socket, "--daemon", "required"}, args...)...)
 }
 
 func (d *bermd) call(t *testing.T, id string) audit.Call {

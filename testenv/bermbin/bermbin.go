@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,8 +69,15 @@ type Result struct {
 // Berm runs the berm CLI and waits for it.
 func Berm(t testing.TB, env []string, args ...string) Result {
 	t.Helper()
+	return BermIn(t, env, nil, args...)
+}
+
+// BermIn runs the berm CLI with stdin (nil: none) and waits for it.
+func BermIn(t testing.TB, env []string, stdin io.Reader, args ...string) Result {
+	t.Helper()
 	cmd := exec.Command(Path(t, "berm"), args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

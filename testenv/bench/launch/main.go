@@ -9,9 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/testenv/promscrape"
 )
 
 // cleanups run before any exit, so a failed run leaves no daemon behind.
@@ -299,18 +298,9 @@ func (d *daemon) stop() {
 }
 
 func (d *daemon) metric(name string) float64 {
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	v, err := promscrape.Value(d.metrics, name)
 	must(err)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	must(fmt.Errorf("bermd exports no %s", name))
-	return 0
+	return v
 }
 
 // settle waits until bermd starts no sandbox (and, when it keeps any, has one ready).

@@ -1,0 +1,30 @@
+// Package promscrape reads one value from a Prometheus text endpoint, for the tests and the
+// benchmark that watch bermd (its warm sandboxes) through /metrics.
+package promscrape
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Value fetches http://addr/metrics and returns the sample of an unlabelled metric.
+func Value(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read %s/metrics: %w", addr, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s exports no %s", addr, name)
+}
