@@ -1,7 +1,6 @@
 package sandboxer
 
 import (
-	"errors"
 	"os"
 
 	"github.com/bermsec/berm/agent"
@@ -76,7 +75,7 @@ func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan
 		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
 	}
 	if s.Init == "" {
-		return callproto.Reply{Error: errors.New("bermd has no sandbox init (berm-init) to launch calls with").Error(), ExitStatus: 125}
+		return callproto.Reply{Error: "bermd has no sandbox init (berm-init) to launch calls with", ExitStatus: 125}
 	}
 	spec.Init, spec.Pool, spec.Stops = s.Init, s.Pool, stops
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]

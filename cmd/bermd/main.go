@@ -56,7 +56,6 @@ type options struct {
 }
 
 func run(log *slog.Logger, o options) error {
-	stateDir, socket, metricsAddr, dsn, rulePaths, noRules := o.stateDir, o.socket, o.metrics, o.dsn, o.rules, o.noRules
 	if os.Geteuid() != 0 {
 		return errors.New("bermd needs root (eBPF, cgroups)")
 	}
@@ -74,23 +73,23 @@ func run(log *slog.Logger, o options) error {
 	log.Info("kernel probed", "kernel", report.Kernel, "layers", report.Layers, "refused", report.Missing)
 
 	reg := agent.NewRegistry()
-	ev, err := startRules(ctx, log, reg, rulePaths, noRules)
+	ev, err := startRules(ctx, log, reg, o.rules, o.noRules)
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(agent.Config{StateDir: stateDir, Registry: reg, Logger: log, Rules: ev})
+	a, err := agent.New(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 
 	// Metrics are up before the socket: a caller that sees the socket can read them.
-	if metricsAddr != "" {
+	if o.metrics != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		ln, err := net.Listen("tcp", metricsAddr)
+		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
-			return fmt.Errorf("metrics on %s: %w", metricsAddr, err)
+			return fmt.Errorf("metrics on %s: %w", o.metrics, err)
 		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -114,7 +113,7 @@ func run(log *slog.Logger, o options) error {
 	registerPoolMetrics(reg, pool)
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath}
 	srv := &daemon.Server{Launch: svc.Launch, Log: log}
-	if err := srv.Listen(socket); err != nil {
+	if err := srv.Listen(o.socket); err != nil {
 		return err
 	}
 	go func() {
@@ -125,10 +124,10 @@ func run(log *slog.Logger, o options) error {
 	}()
 	defer srv.Close()
 
-	if err := startCollector(ctx, log, reg, stateDir, dsn); err != nil {
+	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn); err != nil {
 		return err
 	}
-	log.Info("bermd ready", "socket", socket, "metrics", metricsAddr, "state_dir", stateDir)
+	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir)
 	<-ctx.Done()
 	log.Info("bermd stopping")
 	return nil
