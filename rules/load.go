@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -109,11 +111,7 @@ func (l *loader) mapping(src *source, n *yaml.Node, rule, what string, fields ma
 		k, v := n.Content[i], n.Content[i+1]
 		f, ok := fields[k.Value]
 		if !ok {
-			known := make([]string, 0, len(fields))
-			for name := range fields {
-				known = append(known, name)
-			}
-			sort.Strings(known)
+			known := slices.Sorted(maps.Keys(fields))
 			l.issue(src, k, rule, "%s: unknown field %q (known: %s)", what, k.Value, strings.Join(known, ", "))
 			continue
 		}

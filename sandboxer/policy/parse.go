@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -147,11 +148,7 @@ func (d *decoder) mapping(n *yaml.Node, field string, fs fields, required ...str
 		seen[k.Value] = true
 		f, ok := fs[k.Value]
 		if !ok {
-			known := make([]string, 0, len(fs))
-			for name := range fs {
-				known = append(known, name)
-			}
-			slices.Sort(known)
+			known := slices.Sorted(maps.Keys(fs))
 			d.fail(k, sub, "unknown field, expected one of %s", strings.Join(known, ", "))
 			continue
 		}
