@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "make demo needs root (eBPF, cgroups): sudo make demo" >&2; exit 1; fi
+# The demo's tool is a Python script; the bucket is a tmpfs mounted with util-linux.
+testenv/install-deps.sh python3 util-linux
 berm=bin/berm
 state=${BERM_DEMO_STATE:-/var/lib/berm}
 demo=$(mktemp -d /run/berm-demo.XXXXXX)

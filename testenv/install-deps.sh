@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages berm's build, tests and demo use, when they are missing.
+# Installs the Debian packages berm's build, tests and demo use, when they are missing: the
+# packages named as arguments, or all of them.
 set -euo pipefail
 pkgs=(clang llvm libbpf-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2 qemu-system-x86 busybox-static xz-utils util-linux)
+if [ $# -gt 0 ]; then pkgs=("$@"); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
