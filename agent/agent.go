@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -22,9 +21,8 @@ import (
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/agent/lsm"
 	"github.com/bermsec/berm/agent/netguard"
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/tracer"
-	"github.com/bermsec/berm/sandboxer/cgroup"
-	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Evaluator is a subscriber that derives events from events (the rules engine).
@@ -45,6 +43,19 @@ type Config struct {
 	Registry     prometheus.Registerer // nil: no metrics
 	Logger       *slog.Logger
 	Rules        Evaluator // optional
+	// NetRoot is the cgroup v2 directory every call's cgroup lives under: the network
+	// programs attach there once. Empty: no network layer (calls that need it are refused).
+	NetRoot string
+	// Kill ends every process of a call's cgroup. The launcher owns cgroups; the agent only
+	// asks it to kill (a call that attempted a fatal syscall).
+	Kill func(cgroupDir string) error
+}
+
+// Judge names the denial an event shows, when the kernel layer that refused it does not
+// report it itself (Landlock, seccomp, the mount view). The launcher builds one per call from
+// the call's policy (policy.Judge); the agent calls it on its decoder goroutine only.
+type Judge interface {
+	Denial(ev *event.Event) *event.Denial
 }
 
 // Agent traces sandboxed calls.
@@ -111,7 +122,11 @@ func New(cfg Config) (a *Agent, err error) {
 	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
 		a.net = nil
-	} else if err := a.attachNetRoot(); err != nil {
+	} else if cfg.NetRoot == "" {
+		a.log.Warn("network layer unavailable: no cgroup root to attach it to; calls that need filtered network access will be refused")
+		a.net.Close()
+		a.net = nil
+	} else if err := a.net.AttachRoot(cfg.NetRoot); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
 		a.net.Close()
 		a.net = nil
@@ -162,19 +177,6 @@ func (a *Agent) Close() error {
 	return errors.Join(err, a.closeLayers(), a.tr.Close(), a.jw.Close())
 }
 
-// attachNetRoot attaches the network programs once to the cgroup every call lives under.
-func (a *Agent) attachNetRoot() error {
-	layout, err := cgroup.Detect()
-	if err != nil {
-		return err
-	}
-	root := filepath.Join(layout.V2, cgroup.Root)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", root, err)
-	}
-	return a.net.AttachRoot(root)
-}
-
 func (a *Agent) closeLayers() error {
 	var errs []error
 	if a.net != nil {
@@ -198,7 +200,8 @@ type Call struct {
 	cgroup uint64
 	slot   uint32
 
-	policy    *CallPolicy
+	judge     Judge
+	policy    *policy.Compiled
 	net       *netguard.CallNet
 	lsm       bool
 	cgroupDir string
@@ -218,9 +221,12 @@ type Call struct {
 
 // CallOptions say how to trace a call.
 type CallOptions struct {
-	Traced    []uint32    `json:"traced"`     // syscalls reported one by one
-	Policy    *CallPolicy `json:"policy"`     // nil: no policy to attribute denials to
-	CgroupDir string      `json:"cgroup_dir"` // the call's cgroup v2 directory, for cgroup hooks
+	Traced []uint32 `json:"traced"` // syscalls reported one by one
+	// Policy is the call's compiled policy (its network and file rules go to the kernel
+	// layers); Judge names the denials it shows. nil: no policy, nothing attributed.
+	Policy    *policy.Compiled `json:"-"`
+	Judge     Judge            `json:"-"`
+	CgroupDir string           `json:"cgroup_dir"` // the call's cgroup v2 directory, for cgroup hooks
 	// Network says the call shares the host's network namespace: the cgroup sock hooks
 	// enforce its egress policy, and a call that needs them is refused when they are missing.
 	Network bool `json:"network"`
@@ -251,7 +257,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID}
 	a.slots[slot] = true
 	a.calls[start.CgroupID] = c
 	a.mu.Unlock()
@@ -267,7 +273,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
 	a.userDrops[slot].Store(0)
-	audit := opts.Policy != nil && opts.Policy.audit()
+	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
 	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
@@ -293,14 +299,14 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 		return errors.New("the call needs filtered network access and the cgroup sock hooks are unavailable: refusing (fail closed)")
 	}
 	if a.net != nil && opts.CgroupDir != "" {
-		cn, err := a.net.Attach(opts.CgroupDir, c.cgroup, &p.Compiled.Network, p.audit())
+		cn, err := a.net.Attach(opts.CgroupDir, c.cgroup, &p.Network, p.Mode == policy.Audit)
 		if err != nil {
 			return err
 		}
 		c.net = cn
 	}
 	if a.lsm != nil {
-		rules := lsm.FromLandlock(p.Compiled.Landlock, uint32(len(p.Compiled.Rules)))
+		rules := lsm.FromLandlock(p.Landlock, uint32(len(p.Rules)))
 		if err := a.lsm.SetPolicy(c.cgroup, rules...); err != nil {
 			return err
 		}
@@ -325,11 +331,11 @@ func (a *Agent) detachLayers(c *Call) error {
 // killFatal ends a call that attempted a syscall its policy marks fatal. The kill happens
 // here, on the event path, a few microseconds after the refused attempt.
 func (a *Agent) killFatal(c *Call, name string) {
-	if c.killed != "" || c.cgroupDir == "" {
+	if c.killed != "" || c.cgroupDir == "" || a.cfg.Kill == nil {
 		return
 	}
 	c.killed = "fatal syscall attempted: " + name + " (spec.syscalls.fatal)"
-	if err := cgroup.Kill(c.cgroupDir); err != nil {
+	if err := a.cfg.Kill(c.cgroupDir); err != nil {
 		a.log.Error("kill call on fatal syscall", "call_id", c.Start.CallID, "err", err)
 	}
 }
@@ -471,13 +477,13 @@ func (a *Agent) append(c *Call, ev event.Event) {
 	c.pending = append(c.pending, ev)
 	// The denial an event shows follows it directly; rules then see both.
 	setup := ev.PID != 0 && ev.PID == c.initPID
-	if c.policy != nil && !setup && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
-		if denial := c.policy.judge(&ev); denial != nil {
+	if c.judge != nil && !setup && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
+		if denial := c.judge.Denial(&ev); denial != nil {
 			d := ev
 			d.Kind, d.Denial = event.KindDenial, denial
 			d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
 			a.append(c, d)
-			if ev.Syscall != nil && denial.Layer == "seccomp" && !denial.Audit && c.policy.Compiled.Fatal[ev.Syscall.Nr] {
+			if ev.Syscall != nil && denial.Layer == "seccomp" && !denial.Audit && c.policy != nil && c.policy.Fatal[ev.Syscall.Nr] {
 				a.killFatal(c, ev.Syscall.Name)
 			}
 		}

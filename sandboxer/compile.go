@@ -5,20 +5,19 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/policy/landlock"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
 // callEnv is a policy compiled for one call: what the init enforces and what the agent needs
 // to name denials.
 type callEnv struct {
-	compiled   *policy.Compiled
-	init       sandboxinit.Config
-	callPolicy *agent.CallPolicy
-	traced     []uint32
+	compiled *policy.Compiled
+	init     sandboxinit.Config
+	judge    *policy.Judge
+	traced   []uint32
 }
 
 // recompile compiles the spec's policy again for the running call (hot reload), against the
@@ -55,7 +54,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	} else {
 		env.init.HostRoot = true
 	}
-	cp := &agent.CallPolicy{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, MaskedLinks: plan.MaskedLinks}
+	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, MaskedLinks: plan.MaskedLinks}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {
 		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
 		cp.Deny = append(cp.Deny, filepath.Clean(d))
@@ -66,7 +65,7 @@ func compile(spec *Spec) (*callEnv, error) {
 			cp.Roots = append(cp.Roots, canon)
 		}
 	}
-	env.callPolicy = cp
+	env.judge = cp
 
 	// Traced one by one: the defaults, what the caller asked for, every syscall the policy
 	// refuses (so each refusal is in the timeline) and failed execs.

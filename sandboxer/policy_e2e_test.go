@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

@@ -3,7 +3,7 @@ package sandboxer
 import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 // Recorder traces calls: the agent loaded in this process (the embedded default, or bermd's).

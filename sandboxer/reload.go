@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 // reloadPolicy watches the call's policy file and hot-reloads its network section into the

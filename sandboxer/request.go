@@ -6,7 +6,7 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 // LoadPolicy resolves a call's policy file (empty: the built-in strict policy) and takes the

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/policy/landlock"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 

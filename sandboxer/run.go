@@ -25,8 +25,8 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/sandboxer/cgroup"
-	"github.com/bermsec/berm/sandboxer/policy"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
@@ -179,7 +179,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		Node: host, Layers: layers,
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
-		Traced: env.traced, Policy: env.callPolicy, CgroupDir: sb.cg.V2,
+		Traced: env.traced, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid),
 	})
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/bermsec/berm/agent/policy/landlock"
 	"github.com/bermsec/berm/bpf"
-	"github.com/bermsec/berm/sandboxer/landlock"
 )
 
 // Rights are what a rule grants on an inode and everything beneath it (enum berm_lsm_right).

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
 func TestRightsOf(t *testing.T) {

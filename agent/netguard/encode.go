@@ -3,8 +3,8 @@ package netguard
 import (
 	"fmt"
 
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/bpf"
-	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // MaxPrefixes is how many prefixes one call's policy may have (BERM_MAX_NET_PREFIXES).

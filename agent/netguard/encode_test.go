@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
-	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 const policyHeader = "apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata:\n  name: t\n"

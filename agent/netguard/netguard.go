@@ -27,9 +27,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
-	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 // Shared are the maps of lib/maps.h, created by the tracer (tracer.Shared): the programs find

@@ -22,10 +22,10 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
 	"github.com/bermsec/berm/sandboxer/cgroup"
-	"github.com/bermsec/berm/sandboxer/policy"
 )
 
 func requireRoot(t testing.TB) {

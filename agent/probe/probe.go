@@ -4,7 +4,6 @@
 package probe
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,9 +15,17 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-
-	"github.com/bermsec/berm/sandboxer/cgroup"
 )
+
+// Cgroups is the host's cgroup layout as the launcher found it (the launcher owns cgroups;
+// the probe only tries what berm would attach to them).
+type Cgroups struct {
+	V2            string            // cgroup2 mount
+	V2Controllers []string          // controllers on the v2 hierarchy
+	V1            map[string]string // controller -> v1 mount (hybrid hosts)
+	Root          string            // berm's directory under V2, above every call
+	Err           error             // why the layout could not be read
+}
 
 // Feature is one probed capability.
 type Feature struct {
@@ -79,7 +86,7 @@ func feature(name, kind string, err error, okDetail string) Feature {
 
 // Run probes everything. It needs root for the eBPF and cgroup probes; without it they
 // report the permission error.
-func Run() *Report {
+func Run(cg Cgroups) *Report {
 	r := &Report{}
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
@@ -114,9 +121,9 @@ func Run() *Report {
 		func(p *ebpf.Program) (link.Link, error) { return link.Kprobe("do_sys_openat2", p, nil) }), "do_sys_openat2"))
 	add(feature("bpf_send_signal", "ebpf-helper", features.HaveProgramHelper(ebpf.TracePoint, asm.FnSendSignal), ""))
 
-	r.Features = append(r.Features, probeCgroupHooks()...)
+	r.Features = append(r.Features, probeCgroupHooks(cg)...)
 	r.Features = append(r.Features, probeLandlock(), probeSeccomp())
-	r.Features = append(r.Features, probeCgroups()...)
+	r.Features = append(r.Features, probeCgroups(cg)...)
 
 	type layer struct {
 		name string
@@ -150,7 +157,7 @@ func lsmActive() string {
 	return " (active LSMs: " + strings.TrimSpace(string(b)) + ")"
 }
 
-func probeCgroupHooks() []Feature {
+func probeCgroupHooks(cg Cgroups) []Feature {
 	hooks := []struct {
 		name string
 		typ  ebpf.ProgramType
@@ -164,10 +171,10 @@ func probeCgroupHooks() []Feature {
 		{"cgroup_skb/egress", ebpf.CGroupSKB, ebpf.AttachCGroupInetEgress},
 	}
 	var out []Feature
-	layout, err := cgroup.Detect()
+	err := cg.Err
 	var dir string
 	if err == nil {
-		dir = filepath.Join(layout.V2, cgroup.Root, ".probe")
+		dir = filepath.Join(cg.Root, ".probe")
 		if err = os.MkdirAll(dir, 0o755); err == nil {
 			defer unix.Rmdir(dir)
 		}
@@ -214,16 +221,11 @@ func probeSeccomp() Feature {
 	return Feature{Name: "seccomp", Kind: "kernel", OK: true, Detail: "actions: " + strings.Join(avail, ",")}
 }
 
-func probeCgroups() []Feature {
-	l, err := cgroup.Detect()
-	if err != nil {
+func probeCgroups(l Cgroups) []Feature {
+	if err := l.Err; err != nil {
 		return []Feature{{Name: "cgroup2", Kind: "cgroup", Detail: err.Error()}}
 	}
 	out := []Feature{{Name: "cgroup2", Kind: "cgroup", OK: true, Detail: l.V2 + " controllers: " + strings.Join(l.V2Controllers, ",")}}
-	_, err = os.Stat(filepath.Join(l.V2, cgroup.Root))
-	if errors.Is(err, os.ErrNotExist) {
-		err = nil
-	}
 	for _, c := range []string{"memory", "pids", "cpu"} {
 		switch {
 		case l.V1[c] != "":
@@ -237,14 +239,14 @@ func probeCgroups() []Feature {
 	_, kerr := os.Stat(filepath.Join(l.V2, "cgroup.kill"))
 	if kerr != nil {
 		// The root has no cgroup.kill; any child does if the kernel supports it.
-		_, kerr = os.Stat(filepath.Join(l.V2, "berm", ".probe-kill", "cgroup.kill"))
-		if os.Mkdir(filepath.Join(l.V2, "berm", ".probe-kill"), 0o755) == nil {
-			_, kerr = os.Stat(filepath.Join(l.V2, "berm", ".probe-kill", "cgroup.kill"))
-			unix.Rmdir(filepath.Join(l.V2, "berm", ".probe-kill"))
+		dir := filepath.Join(l.Root, ".probe-kill")
+		_, kerr = os.Stat(filepath.Join(dir, "cgroup.kill"))
+		if os.MkdirAll(dir, 0o755) == nil {
+			_, kerr = os.Stat(filepath.Join(dir, "cgroup.kill"))
+			unix.Rmdir(dir)
 		}
 	}
 	out = append(out, feature("cgroup.kill", "cgroup", kerr, ""))
-	_ = err
 	return out
 }
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/bermsec/berm/agent/probe"
+	"github.com/bermsec/berm/sandboxer"
 )
 
 func cmdDoctor(args []string) int {
@@ -18,7 +18,7 @@ func cmdDoctor(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	r := probe.Run()
+	r := sandboxer.ProbeKernel()
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 func init() {

@@ -47,7 +47,7 @@ func cmdRun(args []string) int {
 		return fail("%v", err)
 	}
 	defer stopRules()
-	a, err := agent.New(agent.Config{StateDir: o.StateDir, Logger: log, Rules: ev})
+	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.StateDir, Logger: log, Rules: ev})
 	if err != nil {
 		return fail("load agent: %v", err)
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon"
-	"github.com/bermsec/berm/agent/probe"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 )
@@ -69,7 +68,7 @@ func run(log *slog.Logger, o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	report := probe.Run()
+	report := sandboxer.ProbeKernel()
 	log.Info("kernel probed", "kernel", report.Kernel, "layers", report.Layers, "refused", report.Missing)
 
 	reg := agent.NewRegistry()
@@ -77,7 +76,7 @@ func run(log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev})
+	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev})
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/seccomp"
+	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/policy/seccomp"
 )
 
 // Arg0 is argv[0] of the sandbox's init: berm-init, or the berm binary re-executed under this

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
 // Landlock rights each kind of grant gives (before masking to the ABI). Write includes read

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
 // CompileEnv is what a policy is compiled against: the call's own paths and the kernel.

@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"fmt"
@@ -8,15 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/policy"
+	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
-// CallPolicy is what the agent needs of a call's policy to name denials the kernel does not
-// report itself (Landlock's, seccomp's, the mount layer's): it recovers them from the syscall
-// exit path, and in audit mode judges every traced action against the policy.
-type CallPolicy struct {
-	Compiled  *policy.Compiled
+// Judge names the denials the kernel does not report itself (Landlock's, seccomp's, the mount
+// layer's) from a call's events: it recovers them from the syscall exit path, and in audit mode
+// judges every traced action against the policy. The sandboxer builds one per call and hands
+// it to the agent, which knows it only as an interface: the agent never reasons about policy.
+type Judge struct {
+	Compiled  *Compiled
 	Workspace string
 	Deny      []string // the policy's deny entries, placeholders substituted, for attribution
 	Masked    []string // host mount points inside the workspace, masked in the call
@@ -32,12 +32,12 @@ type CallPolicy struct {
 
 const maxResolved = 4096
 
-func (p *CallPolicy) audit() bool { return p.Compiled.Mode == policy.Audit }
+func (p *Judge) audit() bool { return p.Compiled.Mode == Audit }
 
 // resolve makes an event's path absolute as the call sees it. Relative paths are taken against
 // the workspace, the call's working directory (a tool that chdirs elsewhere is attributed
 // approximately; the kernel decision itself is exact).
-func (p *CallPolicy) resolve(path string, dirfd int32) (string, bool) {
+func (p *Judge) resolve(path string, dirfd int32) (string, bool) {
 	if path == "" {
 		return "", false
 	}
@@ -71,7 +71,7 @@ func canonical(path string) string {
 	return path
 }
 
-func (p *CallPolicy) masked(path string) bool {
+func (p *Judge) masked(path string) bool {
 	for _, m := range p.Masked {
 		if path == m || strings.HasPrefix(path, m+"/") {
 			return true
@@ -80,7 +80,7 @@ func (p *CallPolicy) masked(path string) bool {
 	return false
 }
 
-func (p *CallPolicy) maskedLink(path string) bool {
+func (p *Judge) maskedLink(path string) bool {
 	for _, m := range p.MaskedLinks {
 		if path == m {
 			return true
@@ -89,7 +89,7 @@ func (p *CallPolicy) maskedLink(path string) bool {
 	return false
 }
 
-func (p *CallPolicy) inRoot(path string) bool {
+func (p *Judge) inRoot(path string) bool {
 	if strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/dev/") || strings.HasPrefix(path, "/tmp/") || path == "/tmp" ||
 		path == p.Workspace || strings.HasPrefix(path, p.Workspace+"/") {
 		return true
@@ -103,7 +103,7 @@ func (p *CallPolicy) inRoot(path string) bool {
 }
 
 // fsRule names what refuses access to path: the deny entry covering it, or the default deny.
-func (p *CallPolicy) fsRule(path string, need uint64) string {
+func (p *Judge) fsRule(path string, need uint64) string {
 	inWorkspace := path == p.Workspace || strings.HasPrefix(path, p.Workspace+"/")
 	for i, d := range p.Deny {
 		// A grant strictly inside a denied tree (a workspace under /run) stays granted: the
@@ -159,8 +159,9 @@ var pathSyscallNeed = map[string]uint64{
 
 func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64(unix.EPERM) }
 
-// judge returns the denial an event shows, if any.
-func (p *CallPolicy) judge(ev *event.Event) *event.Denial {
+// Denial returns the denial an event shows, if any. Only the call's decoder goroutine calls
+// it (the path cache is not locked).
+func (p *Judge) Denial(ev *event.Event) *event.Denial {
 	audit := p.audit()
 	fs := func(path string, need uint64, ret int64) *event.Denial {
 		switch {

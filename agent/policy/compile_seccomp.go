@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/seccomp"
+	"github.com/bermsec/berm/agent/policy/seccomp"
 )
 
 // SyscallRule is what the filter does to one syscall (Arg0Any: only when the first argument

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
+	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
 // fsTree builds:

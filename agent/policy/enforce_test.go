@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/sandboxer/landlock"
-	"github.com/bermsec/berm/sandboxer/seccomp"
+	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/policy/seccomp"
 )
 
 // The end-to-end test applies a compiled strict policy in a re-executed child, the way the
