@@ -205,17 +205,24 @@ func TestWatchReload(t *testing.T) {
 
 // bumpWrite writes a file and moves its mtime forward, so that the change is seen even
 // within the filesystem's timestamp granularity.
+// bumpWrite replaces p's content atomically (as editors and config management do, by
+// renaming a new file over it), with a newer mtime: the watcher polls, and a write in place
+// could be read half done.
 func bumpWrite(t *testing.T, p, data string) {
 	t.Helper()
 	st, _ := os.Stat(p)
-	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	next := time.Now()
 	if st != nil && !next.After(st.ModTime()) {
 		next = st.ModTime().Add(time.Second)
 	}
-	if err := os.Chtimes(p, next, next); err != nil {
+	if err := os.Chtimes(tmp, next, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
 }
