@@ -117,7 +117,7 @@ func New(cfg Config) (a *Agent, err error) {
 		a.jw.Close()
 		return nil, err
 	}
-	a.layers = []string{"ebpf-trace"}
+	a.layers = []string{event.LayerTrace}
 	calls, events, drops := a.tr.Shared()
 	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
@@ -131,7 +131,7 @@ func New(cfg Config) (a *Agent, err error) {
 		a.net.Close()
 		a.net = nil
 	} else {
-		a.layers = append(a.layers, "bpf-cgroup-sock")
+		a.layers = append(a.layers, event.LayerCgroupSock)
 	}
 	if a.lsm, err = lsm.New(lsm.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {
@@ -139,7 +139,7 @@ func New(cfg Config) (a *Agent, err error) {
 		}
 		a.lsm = nil
 	} else {
-		a.layers = append(a.layers, "bpf-lsm")
+		a.layers = append(a.layers, event.LayerLSM)
 	}
 	a.rd, err = ringbuf.NewReader(a.tr.Events())
 	if err != nil {
@@ -483,7 +483,7 @@ func (a *Agent) append(c *Call, ev event.Event) {
 			d.Kind, d.Denial = event.KindDenial, denial
 			d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
 			a.append(c, d)
-			if ev.Syscall != nil && denial.Layer == "seccomp" && !denial.Audit && c.policy != nil && c.policy.Fatal[ev.Syscall.Nr] {
+			if ev.Syscall != nil && denial.Layer == event.LayerSeccomp && !denial.Audit && c.policy != nil && c.policy.Fatal[ev.Syscall.Nr] {
 				a.killFatal(c, ev.Syscall.Name)
 			}
 		}

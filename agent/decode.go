@@ -148,11 +148,11 @@ func decodeDeny(e *bpf.ProcessBermDeny) *event.Denial {
 	}
 	switch bpf.ProcessBermLayer(e.Layer) {
 	case bpf.ProcessBermLayerBERM_LAYER_SECCOMP:
-		d.Layer, d.Surface, d.Object = "seccomp", "policy", event.SyscallName(e.Nr)
+		d.Layer, d.Surface, d.Object = event.LayerSeccomp, event.SurfacePolicy, event.SyscallName(e.Nr)
 	case bpf.ProcessBermLayerBERM_LAYER_LANDLOCK:
-		d.Layer, d.Surface, d.Object = "landlock", "policy", cstr(e.Path[:])
+		d.Layer, d.Surface, d.Object = event.LayerLandlock, event.SurfacePolicy, cstr(e.Path[:])
 	case bpf.ProcessBermLayerBERM_LAYER_CGROUP_SOCK:
-		d.Layer, d.Surface = "bpf-cgroup", "policy"
+		d.Layer, d.Surface = event.LayerCgroupSock, event.SurfacePolicy
 		if e.Nr == unix.SYS_SOCKET {
 			d.Object = fmt.Sprintf("socket(family %d, type %d, protocol %d)", e.Family, e.Proto>>16, e.Proto&0xffff)
 		} else {
@@ -160,7 +160,7 @@ func decodeDeny(e *bpf.ProcessBermDeny) *event.Denial {
 			d.Object = netip.AddrPortFrom(addr, e.Port).String()
 		}
 	case bpf.ProcessBermLayerBERM_LAYER_LSM:
-		d.Layer, d.Surface, d.Object = "bpf-lsm", "policy", cstr(e.Path[:])
+		d.Layer, d.Surface, d.Object = event.LayerLSM, event.SurfacePolicy, cstr(e.Path[:])
 	default:
 		d.Layer = fmt.Sprintf("layer-%d", e.Layer)
 	}

@@ -144,7 +144,7 @@ func writeCalls(t testing.TB, stateDir, prefix string, calls, eventsPerCall, per
 			CallID: id, Tool: []string{"web_fetch", "shell", "python"}[c%3], Tenant: []string{"acme", "globex"}[c%2],
 			Argv: []string{"/bin/sh", "-c", "curl https://example.com | sha256sum"}, Policy: "default",
 			PolicyHash: "sha256:0f3c", Start: start, CgroupID: uint64(4000 + c), Node: "node-1",
-			Layers: []string{"landlock", "seccomp", "bpf-cgroup"},
+			Layers: []string{"landlock", "seccomp", "bpf-cgroup-sock"},
 		}
 		if c%4 == 3 {
 			s.Layers = nil

@@ -22,7 +22,7 @@ import (
 // Severities and surfaces a rule may have.
 var (
 	Severities = []string{"critical", "high", "medium", "low", "info"}
-	Surfaces   = []string{"isolation", "resource", "policy", "credential", "approval", "observability"}
+	Surfaces   = event.Surfaces
 )
 
 var (

@@ -44,7 +44,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	plan := planRoot(spec.Policy, c, spec.Workspace)
 	env := &callEnv{compiled: c}
 	env.init = sandboxinit.Config{
-		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
+		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: hostname(spec.CallID),
 		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
@@ -94,4 +94,14 @@ func compile(spec *Spec) (*callEnv, error) {
 		add(nr)
 	}
 	return env, nil
+}
+
+// hostname is the call's host name: "berm-" and its id, cut to the 64 bytes a UTS name
+// holds (an id may be 64 characters long; the cgroup and the record carry it whole).
+func hostname(callID string) string {
+	h := "berm-" + callID
+	if len(h) > 64 {
+		h = h[:64]
+	}
+	return h
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
@@ -49,7 +50,10 @@ type warm struct {
 }
 
 // poolLimits are a warm sandbox's caps until a call claims it and sets its own.
-var poolLimits = cgroup.Limits{MemoryBytes: DefaultLimits.MemoryBytes, Pids: DefaultLimits.Pids, CPUs: DefaultLimits.CPUs}
+var poolLimits = func() cgroup.Limits {
+	l := policy.StrictLimits()
+	return cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}
+}()
 
 // NewPool starts a pool and warms the given tenants.
 func NewPool(initPath string, size int, log *slog.Logger, tenants ...string) (*Pool, error) {

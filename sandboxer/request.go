@@ -9,8 +9,9 @@ import (
 	"github.com/bermsec/berm/agent/policy"
 )
 
-// LoadPolicy resolves a call's policy file (empty: the built-in strict policy) and takes the
-// caps it sets into lim; caps named in explicit (given as flags) keep their values.
+// LoadPolicy resolves a call's policy file (empty: the built-in strict policy) and takes its
+// caps (policy.Limits: the one source of defaults) into lim; caps named in explicit (given as
+// flags) keep their values.
 func LoadPolicy(path string, lim *event.Limits, explicit map[string]bool) (*policy.Policy, error) {
 	p := policy.Strict()
 	if path != "" {
@@ -19,21 +20,21 @@ func LoadPolicy(path string, lim *event.Limits, explicit map[string]bool) (*poli
 			return nil, err
 		}
 	}
-	r := p.Spec.Resources
+	def := p.Limits()
 	set := func(flag string, dst *int64, v int64) {
-		if !explicit[flag] && v > 0 {
+		if !explicit[flag] || *dst <= 0 {
 			*dst = v
 		}
 	}
-	set("memory", &lim.MemoryBytes, r.MemoryBytes)
-	set("pids", &lim.Pids, r.Pids)
-	set("output-limit", &lim.OutputBytes, r.OutputBytes)
-	set("tmp-size", &lim.TmpBytes, r.TmpSizeBytes)
-	if !explicit["cpus"] && r.MilliCPUs > 0 {
-		lim.CPUs = float64(r.MilliCPUs) / 1000
+	set("memory", &lim.MemoryBytes, def.MemoryBytes)
+	set("pids", &lim.Pids, def.Pids)
+	set("output-limit", &lim.OutputBytes, def.OutputBytes)
+	set("tmp-size", &lim.TmpBytes, def.TmpBytes)
+	if !explicit["cpus"] || lim.CPUs <= 0 {
+		lim.CPUs = def.CPUs
 	}
-	if !explicit["timeout"] && r.WallTime > 0 {
-		lim.WallTime = r.WallTime
+	if !explicit["timeout"] || lim.WallTime <= 0 {
+		lim.WallTime = def.WallTime
 	}
 	return p, nil
 }

@@ -56,9 +56,6 @@ type Spec struct {
 	PolicyFile string
 }
 
-// DefaultLimits are the caps of a call that names none: modest, never "unlimited".
-var DefaultLimits = callproto.DefaultLimits
-
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ValidName checks a tool, tenant or call id: they name cgroups and files.
@@ -160,23 +157,22 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 
 	host, _ := os.Hostname()
 	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.
-	layers := []string{"cgroup", "namespaces", "no_new_privs"}
+	layers := []string{event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs}
 	if !env.init.HostRoot {
-		layers = append(layers, "mount")
+		layers = append(layers, event.LayerMount)
 	}
+	abi := 0
 	if env.init.Landlock != nil {
-		layers = append(layers, fmt.Sprintf("landlock-abi%d", env.compiled.LandlockABI))
+		layers = append(layers, event.LayerLandlock)
+		abi = env.compiled.LandlockABI
 	}
 	if len(env.init.Seccomp) > 0 {
-		layers = append(layers, "seccomp")
-	}
-	if env.compiled.Mode == policy.Audit {
-		layers = append(layers, "audit-mode")
+		layers = append(layers, event.LayerSeccomp)
 	}
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
-		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Start: time.Now(), CgroupID: sb.cg.ID,
-		Node: host, Layers: layers,
+		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
+		Node: host, Layers: layers, LandlockABI: abi,
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
@@ -326,11 +322,11 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	late := reason == ""
 	if reason == "" && ev.OOMKills > 0 {
 		reason, detail = event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", spec.Limits.MemoryBytes)
-		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "memory", Limit: spec.Limits.MemoryBytes}})
+		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: event.ResourceMemory, Limit: spec.Limits.MemoryBytes}})
 	}
 	if reason == "" && ev.PidsMax > 0 {
 		reason, detail = event.EndPidsLimit, fmt.Sprintf("process cap of %d", spec.Limits.Pids)
-		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "pids", Limit: spec.Limits.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)}})
+		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: event.ResourcePids, Limit: spec.Limits.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)}})
 	}
 	switch {
 	case reason != "":
@@ -376,7 +372,7 @@ func (l *launch) copyOutput(wg *sync.WaitGroup, r *os.File, w io.Writer) {
 					_, _ = w.Write(buf[:keep])
 				}
 				l.stop(event.EndOutputLimit, fmt.Sprintf("output cap of %d bytes", limit),
-					&event.Limit{Resource: "output", Limit: limit})
+					&event.Limit{Resource: event.ResourceOutput, Limit: limit})
 				_, _ = io.Copy(io.Discard, r)
 				return
 			}
@@ -416,21 +412,21 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 			l.stop(st.Reason, st.Detail, nil)
 		case <-timer.C:
 			l.stop(event.EndTimeout, fmt.Sprintf("wall-time cap of %s", lim.WallTime),
-				&event.Limit{Resource: "wall_time", Limit: int64(lim.WallTime)})
+				&event.Limit{Resource: event.ResourceWallTime, Limit: int64(lim.WallTime)})
 		case <-tick.C:
 			ev := l.cg.Events()
 			if ev.OOMKills > 0 {
 				l.stop(event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", lim.MemoryBytes),
-					&event.Limit{Resource: "memory", Limit: lim.MemoryBytes})
+					&event.Limit{Resource: event.ResourceMemory, Limit: lim.MemoryBytes})
 			}
 			if ev.PidsMax > 0 {
 				l.stop(event.EndPidsLimit, fmt.Sprintf("process cap of %d", lim.Pids),
-					&event.Limit{Resource: "pids", Limit: lim.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)})
+					&event.Limit{Resource: event.ResourcePids, Limit: lim.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)})
 			}
 			var fs unix.Statfs_t
 			if unix.Statfs(tmp, &fs) == nil && fs.Type == unix.TMPFS_MAGIC && fs.Blocks > 0 && fs.Bavail == 0 {
 				l.stop(event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d bytes", lim.TmpBytes),
-					&event.Limit{Resource: "tmp", Limit: lim.TmpBytes})
+					&event.Limit{Resource: event.ResourceTmp, Limit: lim.TmpBytes})
 			}
 		}
 	}

@@ -32,7 +32,11 @@ type CallStart struct {
 	Start      time.Time `json:"start"`
 	CgroupID   uint64    `json:"cgroup_id"`
 	Node       string    `json:"node"`
-	Layers     []string  `json:"layers"` // enforcement and observation layers active for the call
+	Layers     []string  `json:"layers"` // enforcement and observation layers active for the call (Layer* names)
+	// Mode is the policy's mode: enforce, or audit (every would-be denial recorded, nothing
+	// blocked).
+	Mode        string `json:"mode,omitempty"`
+	LandlockABI int    `json:"landlock_abi,omitempty"` // the Landlock ABI enforced, when the landlock layer is active
 }
 
 // Limits are the resource caps a call ran under.

@@ -60,7 +60,7 @@ type Compiled struct {
 // Rule is one thing a denial can be attributed to.
 type Rule struct {
 	ID    uint32
-	Layer string // seccomp, cgroup-sock, landlock
+	Layer string // event.LayerSeccomp, LayerCgroupSock, LayerLandlock
 	Field string // where it comes from: spec.syscalls.deny[3], or "builtin"
 	Text  string
 }

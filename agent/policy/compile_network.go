@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
 )
 
 // MaxNetEntries bounds the entries one prefix may carry (its own and those it inherits), so
@@ -100,7 +102,7 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 		if r.Protocol == UDP {
 			proto = ProtoUDP
 		}
-		id := c.addRule("cgroup-sock", fmt.Sprintf("spec.network.egress[%d]", i),
+		id := c.addRule(event.LayerCgroupSock, fmt.Sprintf("spec.network.egress[%d]", i),
 			fmt.Sprintf("allow %s %s %v", r.Protocol, r.CIDR, r.Ports))
 		pfx := to6(r.CIDR)
 		named[pfx] = true
@@ -113,7 +115,7 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 		if named[pfx] {
 			continue
 		}
-		id := c.addRule("cgroup-sock", "builtin", fmt.Sprintf("deny %s: %s", b.prefix, b.text))
+		id := c.addRule(event.LayerCgroupSock, "builtin", fmt.Sprintf("deny %s: %s", b.prefix, b.text))
 		entries = append(entries, NetEntry{Prefix: pfx, PortLo: 0, PortHi: 65535, Proto: ProtoAny, RuleID: id})
 	}
 	slices.SortFunc(entries, compareEntries)

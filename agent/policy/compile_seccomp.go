@@ -97,7 +97,7 @@ func (p *Policy) compileSeccomp(c *Compiled) Errors {
 	})
 	for _, r := range rules {
 		f.Rules = append(f.Rules, r.r)
-		id := c.addRule("seccomp", r.field, r.text)
+		id := c.addRule(event.LayerSeccomp, r.field, r.text)
 		c.Syscalls = append(c.Syscalls, SyscallRule{Nr: r.r.Nr, Name: event.SyscallName(r.r.Nr), Arg0Any: r.r.Arg0Any, Action: r.r.Action.String(), RuleID: id})
 	}
 	prog, err := f.Program()

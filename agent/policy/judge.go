@@ -166,22 +166,22 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 	fs := func(path string, need uint64, ret int64) *event.Denial {
 		switch {
 		case p.maskedLink(path):
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "hard link to a file outside the workspace (masked)", Object: path, Audit: audit}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "hard link to a file outside the workspace (masked)", Object: path, Audit: audit}
 		case p.masked(path) && (ret < 0 || audit):
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
 		case ret == -int64(unix.EROFS) && !audit:
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "read-only in the call's root", Object: path}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "read-only in the call's root", Object: path}
 		case ret == -int64(unix.ENOENT) && !p.inRoot(path):
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: "not in the call's root", Object: path, Audit: audit}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "not in the call's root", Object: path, Audit: audit}
 		}
 		if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
 			return nil
 		}
 		if audit {
-			return &event.Denial{Layer: "landlock", Surface: "policy", Rule: p.fsRule(path, need), Object: path, Audit: true}
+			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: p.fsRule(path, need), Object: path, Audit: true}
 		}
 		if denied(ret) {
-			return &event.Denial{Layer: "landlock", Surface: "policy", Rule: p.fsRule(path, need), Object: path}
+			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: p.fsRule(path, need), Object: path}
 		}
 		return nil
 	}
@@ -209,7 +209,7 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 				rule = cr.Field + ": " + cr.Text
 			}
 			if audit || denied(sc.Result) {
-				return &event.Denial{Layer: "seccomp", Surface: "policy", Rule: rule, Object: sc.Name, Audit: audit}
+				return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: rule, Object: sc.Name, Audit: audit}
 			}
 			return nil
 		}
@@ -218,7 +218,7 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if sc.Name == "socket" && (denied(sc.Result) || audit) {
 			family, typ := uint16(sc.Args[0]), int(sc.Args[1]&0xf)
 			if (typ == unix.SOCK_RAW || family == unix.AF_PACKET) && !p.Compiled.Network.SocketAllowed(family, typ) {
-				return &event.Denial{Layer: "capabilities", Surface: "policy", Audit: audit && sc.Result >= 0,
+				return &event.Denial{Layer: event.LayerCapabilities, Surface: event.SurfacePolicy, Audit: audit && sc.Result >= 0,
 					Rule:   "raw and packet sockets are not allowed (no CAP_NET_RAW, not in spec.network)",
 					Object: fmt.Sprintf("socket(family %d, type %d, protocol %d)", family, typ, sc.Args[2])}
 			}
@@ -237,7 +237,7 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 			// Relative to a directory descriptor (rm -rf walks with unlinkat(fd, name)): the
 			// refusal is the kernel's; the rule cannot be named without the directory.
 			if !audit && denied(sc.Result) {
-				return &event.Denial{Layer: "landlock", Surface: "policy", Rule: "default deny (path relative to an open directory)", Object: sc.Path}
+				return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: "default deny (path relative to an open directory)", Object: sc.Path}
 			}
 			return nil
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
 )
 
 // Cgroups is the host's cgroup layout as the launcher found it (the launcher owns cgroups;
@@ -130,11 +132,11 @@ func Run(cg Cgroups) *Report {
 		need []string
 	}
 	for _, l := range []layer{
-		{"ebpf-trace", []string{"tp_btf", "ringbuf"}},
-		{"bpf-cgroup-sock", []string{"cgroup/connect4", "cgroup/connect6", "cgroup/sendmsg4", "cgroup/sendmsg6", "cgroup/sock_create"}},
-		{"landlock", []string{"landlock"}},
-		{"seccomp", []string{"seccomp"}},
-		{"bpf-lsm", []string{"bpf_lsm"}},
+		{event.LayerTrace, []string{"tp_btf", "ringbuf"}},
+		{event.LayerCgroupSock, []string{"cgroup/connect4", "cgroup/connect6", "cgroup/sendmsg4", "cgroup/sendmsg6", "cgroup/sock_create"}},
+		{event.LayerLandlock, []string{"landlock"}},
+		{event.LayerSeccomp, []string{"seccomp"}},
+		{event.LayerLSM, []string{"bpf_lsm"}},
 	} {
 		ok := true
 		for _, n := range l.need {

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,15 +28,6 @@ const DefaultSocket = "/run/berm/bermd.sock"
 // RunMagic is the first byte of a run connection; it carries the caller's stdio.
 const RunMagic = 'R'
 
-// DefaultLimits are the caps of a call that names none: modest, never "unlimited".
-var DefaultLimits = event.Limits{
-	MemoryBytes: 512 << 20,
-	Pids:        128,
-	CPUs:        1,
-	WallTime:    10 * time.Minute,
-	OutputBytes: 64 << 20,
-	TmpBytes:    256 << 20,
-}
 
 // Request is one tool call, as `berm run` resolved it in the caller's context: paths are
 // absolute, the environment is the tool's whole environment, the caps are the flags' values.

@@ -92,14 +92,15 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.workspace, "workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
 	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
 	fs.StringVar(&o.Summary, "summary", "", "write the call record as JSON to this file")
-	r.Limits = callproto.DefaultLimits
+	// Caps not given as flags are the policy's (policy.Limits), resolved where the policy is
+	// loaded: zero here means "the policy's".
 	lim := &r.Limits
-	fs.DurationVar(&lim.WallTime, "timeout", lim.WallTime, "wall-time cap")
-	fs.Var(sizeFlag{&lim.MemoryBytes}, "memory", "memory cap (e.g. 512Mi)")
-	fs.Int64Var(&lim.Pids, "pids", lim.Pids, "process cap")
-	fs.Float64Var(&lim.CPUs, "cpus", lim.CPUs, "CPU cap in cores")
-	fs.Var(sizeFlag{&lim.OutputBytes}, "output-limit", "cap on stdout+stderr bytes")
-	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp")
+	fs.DurationVar(&lim.WallTime, "timeout", lim.WallTime, "wall-time cap (default: the policy's)")
+	fs.Var(sizeFlag{&lim.MemoryBytes}, "memory", "memory cap, e.g. 512Mi (default: the policy's)")
+	fs.Int64Var(&lim.Pids, "pids", lim.Pids, "process cap (default: the policy's)")
+	fs.Float64Var(&lim.CPUs, "cpus", lim.CPUs, "CPU cap in cores (default: the policy's)")
+	fs.Var(sizeFlag{&lim.OutputBytes}, "output-limit", "cap on stdout+stderr bytes (default: the policy's)")
+	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp (default: the policy's)")
 	fs.Var((*listFlag)(&o.Envs), "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
 	fs.Var((*listFlag)(&o.TracedNames), "trace-syscall", "also report this syscall one by one (repeatable)")
 	fs.StringVar(&o.User, "user", "", "UID[:GID] to run the tool as (default: the workspace's owner, or 65534 if root owns it)")

@@ -1,0 +1,41 @@
+package event
+
+// Layers are the mechanisms that observe or enforce a call. Each has one name, used in call
+// records (CallStart.Layers), denials (Denial.Layer), compiled policy rules, metrics labels,
+// ClickHouse rows and the CLI.
+const (
+	LayerTrace        = "ebpf-trace"      // the eBPF tracer: every event of the call
+	LayerCgroup       = "cgroup"          // the call's own cgroup: identity, caps, kill
+	LayerNamespaces   = "namespaces"      // mount, pid, ipc, uts, cgroup, net namespaces
+	LayerNoNewPrivs   = "no_new_privs"    // no privilege gained through exec
+	LayerMount        = "mount"           // the call's own root: what is bound, read-only, masked
+	LayerLandlock     = "landlock"        // file-system access rules (CallStart.LandlockABI says which)
+	LayerSeccomp      = "seccomp"         // syscall filter
+	LayerCgroupSock   = "bpf-cgroup-sock" // cgroup socket hooks: egress by address and port, socket types
+	LayerLSM          = "bpf-lsm"         // BPF LSM file policy (where the kernel allows trampolines)
+	LayerCapabilities = "capabilities"    // the kernel's capability checks (the call has none)
+)
+
+// Surfaces are the six sandbox surfaces a call is bounded by: every denial, alert and limit is
+// attributed to one of them.
+const (
+	SurfaceIsolation     = "isolation"
+	SurfaceResource      = "resource"
+	SurfacePolicy        = "policy"
+	SurfaceCredential    = "credential"
+	SurfaceApproval      = "approval"
+	SurfaceObservability = "observability"
+)
+
+// Surfaces lists the surfaces in their stable order.
+var Surfaces = []string{SurfaceIsolation, SurfaceResource, SurfacePolicy, SurfaceCredential, SurfaceApproval, SurfaceObservability}
+
+// Resources are the caps a call can hit (Limit.Resource); each ends the call with its own
+// EndReason.
+const (
+	ResourceMemory   = "memory"
+	ResourcePids     = "pids"
+	ResourceWallTime = "wall_time"
+	ResourceOutput   = "output"
+	ResourceTmp      = "tmp"
+)
