@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,7 @@ type Agent struct {
 	userDrops [tracer.MaxSlots]atomic.Uint64
 
 	barrierMu sync.Mutex
-	barriers  []chan struct{}
+	barriers  []barrierReq
 
 	rules atomic.Pointer[Evaluator]
 }
@@ -211,12 +212,20 @@ type Call struct {
 	// traced like everything else but not judged as the tool's.
 	initPID uint32
 
-	// Owned by the decoder goroutine until End has passed its barrier.
+	// The call's own pipeline stage (callworker.go): the decoder hands it the call's events
+	// and never waits for it, so one call's slow or voluminous events delay only that call.
+	worker
+
+	// Owned by the call's worker goroutine until End has stopped it.
 	seq     uint64
 	counts  event.Counts
 	denials map[string]uint64
 	procs   map[uint32]string // pid -> executable
 	pending []event.Event
+	agg     aggregator
+	// journalLost are events the journal refused (disk full, I/O error), journalErr why.
+	journalLost uint64
+	journalErr  error
 }
 
 // CallOptions say how to trace a call.
@@ -233,7 +242,13 @@ type CallOptions struct {
 	// InitPID is the sandbox init, already in the cgroup when the call begins: its set-up is
 	// berm's, not the tool's, and is not judged.
 	InitPID uint32 `json:"init_pid,omitempty"`
+	// EventBudget is how many events the call records one by one (0: DefaultEventBudget);
+	// past it, high-volume kinds are aggregated per kind and object.
+	EventBudget int64 `json:"event_budget,omitempty"`
 }
+
+// DefaultEventBudget is a call's event budget when its options name none.
+const DefaultEventBudget = 200_000
 
 // Begin starts tracing the cgroup as a call. It must be called before the tool's first
 // instruction: the cgroup holds nothing yet, or only the sandbox init waiting for its
@@ -258,6 +273,11 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
 	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID}
+	c.agg.budget = uint64(DefaultEventBudget)
+	if opts.EventBudget > 0 {
+		c.agg.budget = uint64(opts.EventBudget)
+	}
+	c.worker.init()
 	a.slots[slot] = true
 	a.calls[start.CgroupID] = c
 	a.mu.Unlock()
@@ -272,17 +292,31 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	if err := a.jw.AppendCallStart(&c.Start); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
+	// From here the journal holds the call's start: a failure must end it there too, or the
+	// journal would show a call that never ends.
+	failStarted := func(err error) (*Call, error) {
+		err = fmt.Errorf("begin call %s: %w", start.CallID, err)
+		rec := &event.CallRecord{CallStart: c.Start, End: time.Now(), EndReason: event.EndSetupFailed, EndDetail: err.Error(),
+			ExitStatus: 125, Syscalls: map[string]uint64{}, Denials: map[string]uint64{}, Complete: true}
+		if jerr := a.jw.AppendCallEnd(rec); jerr != nil {
+			a.m.journalErrs.Inc()
+			err = errors.Join(err, jerr)
+		}
+		a.m.calls.WithLabelValues(string(event.EndSetupFailed)).Inc()
+		return fail(err)
+	}
 	a.userDrops[slot].Store(0)
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
 	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
-		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
+		return failStarted(err)
 	}
 	if err := a.attachLayers(c, opts); err != nil {
 		_ = a.tr.Unregister(start.CgroupID)
 		a.detachLayers(c)
-		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
+		return failStarted(err)
 	}
 	a.m.active.Inc()
+	go a.work(c)
 	return c, nil
 }
 
@@ -370,22 +404,34 @@ type Result struct {
 	OutputBytes int64
 }
 
+// BarrierTimeout bounds how long End waits for the call's own events to go through its
+// stage of the pipeline. Only the call's own events are waited for: another call's volume
+// cannot make it longer. Past it, what is still on the way is counted as dropped, and the
+// record says it is incomplete.
+var BarrierTimeout = 5 * time.Second
+
 // End stops tracing the call once every event it produced has gone through the pipeline, and
 // writes its record. The launcher calls it after the call's cgroup is empty.
 func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	var errs []error
+	var incomplete []string
 	if err := a.tr.Unregister(c.cgroup); err != nil {
 		errs = append(errs, err)
 	}
-	if err := a.barrier(5 * time.Second); err != nil {
+	if err := a.barrier(c, BarrierTimeout); err != nil {
 		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
+		incomplete = append(incomplete, err.Error())
+		c.abandoned.Store(true)
 	}
 	if err := a.detachLayers(c); err != nil {
 		errs = append(errs, err)
 	}
 	a.mu.Lock()
 	delete(a.calls, c.cgroup)
+	c.ended = true // under a.mu: the decoder routes nothing to the call from now on
 	a.mu.Unlock()
+	// The worker stops after the event at hand; what it never took counts as lost.
+	late := c.stop()
 
 	if c.killed != "" {
 		res.Reason, res.Detail = event.EndPolicyKill, c.killed
@@ -409,17 +455,30 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0)}
+	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0) + late}
+	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
+	a.m.drops.WithLabelValues("user").Add(float64(late))
 	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 {
 		d := rec.Dropped
-		a.append(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
+		a.appendLast(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
 		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User)
+		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full), %d in the agent", d.Kernel, d.User))
 	}
+	for _, ag := range c.agg.events(rec.End) {
+		a.appendLast(c, ag)
+	}
+	rec.Aggregated = c.agg.total
 	if err := a.flush(c); err != nil {
 		errs = append(errs, err)
 	}
+	if c.journalLost > 0 {
+		rec.Dropped.User += c.journalLost
+		incomplete = append(incomplete, fmt.Sprintf("%d events the journal refused (%v)", c.journalLost, c.journalErr))
+	}
 	rec.Counts = c.counts
 	rec.Events = c.seq
+	rec.Complete = len(incomplete) == 0
+	rec.IncompleteReason = strings.Join(incomplete, "; ")
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
@@ -435,21 +494,23 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	return rec, errors.Join(errs...)
 }
 
-// barrier returns once every event submitted to the ring before it was called has been
-// decoded and handed to its call.
-func (a *Agent) barrier(timeout time.Duration) error {
+// barrier returns once every event of c submitted to the ring before it was called has gone
+// through c's worker. It waits for c's own events only.
+func (a *Agent) barrier(c *Call, timeout time.Duration) error {
 	done := make(chan struct{})
 	a.barrierMu.Lock()
-	a.barriers = append(a.barriers, done)
+	a.barriers = append(a.barriers, barrierReq{c: c, done: done})
 	a.barrierMu.Unlock()
 	if err := a.rd.Flush(); err != nil {
 		return fmt.Errorf("flush ring buffer: %w", err)
 	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
 	case <-done:
 		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("event pipeline did not drain within %s", timeout)
+	case <-t.C:
+		return fmt.Errorf("the call's events did not go through the pipeline within %s", timeout)
 	}
 }
 
@@ -460,24 +521,19 @@ func (a *Agent) lookup(cgroup uint64) *Call {
 	return c
 }
 
-// append gives the event its place in the call's stream and runs the subscribers.
+// append gives the event its place in the call's stream and runs the subscribers. Only the
+// call's worker calls it.
 func (a *Agent) append(c *Call, ev event.Event) {
-	c.seq++
-	ev.Seq = c.seq
-	ev.CallID, ev.Tool, ev.Tenant = c.Start.CallID, c.Start.Tool, c.Start.Tenant
-	c.counts.Add(&ev)
-	if ev.Kind == event.KindDenial && ev.Denial != nil {
-		c.denials[ev.Denial.Surface]++
-	}
-	a.m.events.WithLabelValues(string(ev.Kind)).Inc()
-	if ev.Kind == event.KindDenial && ev.Denial != nil {
-		a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
-	}
-	// ev is complete now; nested appends below may flush c.pending, so they read ev itself.
-	c.pending = append(c.pending, ev)
-	// The denial an event shows follows it directly; rules then see both.
 	setup := ev.PID != 0 && ev.PID == c.initPID
-	if c.judge != nil && !setup && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
+	if setup {
+		ev.Phase = event.PhaseSetup
+	}
+	a.record(c, &ev)
+	if setup {
+		return
+	}
+	// The denial an event shows follows it directly; rules then see both.
+	if c.judge != nil && ev.Kind != event.KindDenial && ev.Kind != event.KindAlert {
 		if denial := c.judge.Denial(&ev); denial != nil {
 			d := ev
 			d.Kind, d.Denial = event.KindDenial, denial
@@ -488,11 +544,35 @@ func (a *Agent) append(c *Call, ev event.Event) {
 			}
 		}
 	}
-	if r := a.rules.Load(); r != nil && !setup && ev.Kind != event.KindAlert {
+	if r := a.rules.Load(); r != nil && ev.Kind != event.KindAlert {
 		for _, al := range (*r).Eval(&ev) {
 			a.append(c, al)
 		}
 	}
+}
+
+// appendLast records an event of the call's end (drops, aggregates), after its worker stopped.
+func (a *Agent) appendLast(c *Call, ev event.Event) { a.record(c, &ev) }
+
+// record numbers the event, counts it and puts it in the journal's queue, or in the call's
+// aggregates once the call is past its event budget. Set-up events are numbered and
+// journalled (berm timeline --all shows them) but not counted as the tool's.
+func (a *Agent) record(c *Call, ev *event.Event) {
+	c.seq++
+	ev.Seq = c.seq
+	ev.CallID, ev.Tool, ev.Tenant = c.Start.CallID, c.Start.Tool, c.Start.Tenant
+	a.m.events.WithLabelValues(string(ev.Kind)).Inc()
+	if ev.Phase != event.PhaseSetup {
+		c.counts.Add(ev)
+		if ev.Kind == event.KindDenial && ev.Denial != nil {
+			c.denials[ev.Denial.Surface]++
+			a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
+		}
+	}
+	if c.agg.take(ev) {
+		return
+	}
+	c.pending = append(c.pending, *ev)
 	if len(c.pending) >= 1024 {
 		if err := a.flush(c); err != nil {
 			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
@@ -513,11 +593,15 @@ func (a *Agent) flush(c *Call) error {
 	}
 	err := a.jw.AppendEvents(c.pending)
 	if err != nil {
+		// Keeping them for a later try would grow without bound while the journal's disk is
+		// full: they are counted as lost, against the call, and the record says so.
 		a.m.journalErrs.Inc()
-		return fmt.Errorf("journal events of call %s: %w", c.Start.CallID, err)
+		c.journalLost += uint64(len(c.pending))
+		c.journalErr = err
+		err = fmt.Errorf("journal %d events of call %s: %w", len(c.pending), c.Start.CallID, err)
 	}
 	c.pending = c.pending[:0]
-	return nil
+	return err
 }
 
 // openCalls is a snapshot of the calls being traced.
@@ -529,14 +613,6 @@ func (a *Agent) openCalls() []*Call {
 		calls = append(calls, c)
 	}
 	return calls
-}
-
-func (a *Agent) flushAll() {
-	for _, c := range a.openCalls() {
-		if err := a.flush(c); err != nil {
-			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
-		}
-	}
 }
 
 // enrich keeps the call's process tree and names each event's program and parent program.

@@ -18,7 +18,7 @@ type batch struct {
 
 	cgroup  uint64       // with user
 	user    *event.Event // an event made in user space
-	barrier []chan struct{}
+	barrier []barrierReq
 }
 
 const batchRecords = 256
@@ -116,31 +116,32 @@ func (a *Agent) send(b *batch) {
 	})
 }
 
-// decodeLoop decodes records and hands each to its call.
+// decodeLoop decodes records and hands each to its call's worker. It does nothing whose
+// cost depends on the event's content (no judging, no file system), so every call's events
+// get through it at the same pace.
 func (a *Agent) decodeLoop() {
 	defer a.wg.Done()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case b, ok := <-a.queue:
-			if !ok {
-				a.flushAll()
-				return
-			}
-			a.handle(b)
-		case <-tick.C:
-			a.flushAll()
-		}
+	r := router{calls: map[*Call][]event.Event{}}
+	for b := range a.queue {
+		a.handle(b, &r)
 	}
 }
 
-func (a *Agent) handle(b *batch) {
+// router groups a batch's events by call, so each call's worker gets them in one hand-over.
+type router struct {
+	calls map[*Call][]event.Event
+	last  *Call // the call of the previous record: consecutive records mostly share one
+}
+
+func (r *router) add(c *Call, ev event.Event) { r.calls[c] = append(r.calls[c], ev) }
+
+func (a *Agent) handle(b *batch, r *router) {
 	if b.user != nil {
 		if c := a.lookup(b.cgroup); c != nil {
-			a.append(c, *b.user)
+			r.add(c, *b.user)
 		}
 	}
+	r.last = nil
 	b.records(func(raw []byte) {
 		var ev event.Event
 		if err := decode(raw, &ev); err != nil {
@@ -152,19 +153,22 @@ func (a *Agent) handle(b *batch) {
 			return
 		}
 		h, _ := peekHeader(raw)
-		c := a.lookup(h.CgroupId)
-		if c == nil {
-			a.m.orphans.Inc()
-			return
+		c := r.last
+		if c == nil || c.cgroup != h.CgroupId {
+			if c = a.lookup(h.CgroupId); c == nil {
+				a.m.orphans.Inc()
+				return
+			}
+			r.last = c
 		}
 		ev.Time = time.Unix(0, a.clock+int64(h.TsNs))
-		c.enrich(&ev)
-		a.append(c, ev)
+		r.add(c, ev)
 	})
-	if len(b.barrier) > 0 {
-		a.flushAll()
-		for _, done := range b.barrier {
-			close(done)
-		}
+	for c, evs := range r.calls {
+		a.route(c, evs)
+		delete(r.calls, c)
+	}
+	for _, req := range b.barrier {
+		a.arm(req)
 	}
 }

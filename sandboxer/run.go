@@ -177,6 +177,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid),
+		EventBudget: env.compiled.EventBudget,
 	})
 	if err != nil {
 		return nil, err

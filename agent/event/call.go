@@ -68,6 +68,13 @@ type CallRecord struct {
 	Denials      map[string]uint64 `json:"denials"` // surface -> count
 	Dropped      Drop              `json:"dropped"`
 	Events       uint64            `json:"events"` // events recorded for the call
+	// Aggregated are events past the call's event budget, recorded as counts per kind and
+	// object (aggregate events) instead of one by one.
+	Aggregated uint64 `json:"aggregated,omitempty"`
+	// Complete says every event the kernel produced for the call is in its trail (one by one
+	// or aggregated); IncompleteReason says what is missing when it is not.
+	Complete         bool   `json:"complete"`
+	IncompleteReason string `json:"incomplete_reason,omitempty"`
 }
 
 // Counts are per-kind event totals of the call.

@@ -22,10 +22,13 @@ const (
 	KindAlert   Kind = "alert"  // a detection rule fired
 	KindDrop    Kind = "drop"   // events of the call were lost; Drop says how many and where
 	KindLimit   Kind = "limit"  // the call hit a resource cap; Limit says which
+	// KindAggregate stands for events past the call's event budget: counted per kind and
+	// object instead of recorded one by one (they were still judged and seen by the rules).
+	KindAggregate Kind = "aggregate"
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindAggregate}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
@@ -42,6 +45,9 @@ type Event struct {
 	PPID uint32 `json:"ppid,omitempty"` // host tgid of the real parent
 	UID  uint32 `json:"uid"`
 	Comm string `json:"comm,omitempty"`
+	// Phase is "setup" for berm's own sandbox set-up (the sandbox init), empty for the tool's
+	// events. Set-up events are kept out of the record's counts and the default timeline.
+	Phase string `json:"phase,omitempty"`
 	// Exe is the file the process last executed, ParentExe its parent's: the agent keeps each
 	// call's process tree so that every event says which program did it.
 	Exe       string `json:"exe,omitempty"`
@@ -57,6 +63,8 @@ type Event struct {
 	Alert   *Alert   `json:"alert,omitempty"`
 	Drop    *Drop    `json:"drop,omitempty"`
 	Limit   *Limit   `json:"limit,omitempty"`
+
+	Aggregate *Aggregate `json:"aggregate,omitempty"`
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.
@@ -142,3 +150,16 @@ type Limit struct {
 	Limit    int64  `json:"limit"`
 	Detail   string `json:"detail,omitempty"`
 }
+
+// Aggregate counts a call's events of one kind and object past its event budget.
+type Aggregate struct {
+	Kind   Kind   `json:"kind"`
+	Object string `json:"object"`           // path, address, syscall name; "(other)" past the key bound
+	Count  uint64 `json:"count"`            // events aggregated
+	Failed uint64 `json:"failed,omitempty"` // of which returned an error
+	First  uint64 `json:"first_seq"`        // sequence number of the first and last of them
+	Last   uint64 `json:"last_seq"`
+}
+
+// PhaseSetup marks events of berm's own sandbox set-up.
+const PhaseSetup = "setup"

@@ -48,6 +48,9 @@ type Compiled struct {
 	Isolation    NetworkIsolation
 	Capabilities []string
 	Limits       Resources
+	// EventBudget bounds the call's one-by-one events (Observability.EventBudget). It is not
+	// part of the hash: it changes what is recorded, not what is enforced.
+	EventBudget int64
 
 	Rules []Rule
 
@@ -87,6 +90,7 @@ func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 		Isolation:    p.Spec.Isolation.Network,
 		Capabilities: slices.Clone(p.Spec.Isolation.Capabilities),
 		Limits:       p.Spec.Resources,
+		EventBudget:  p.Spec.Observability.EventBudget,
 	}
 	var errs Errors
 	errs = append(errs, p.compileSeccomp(c)...)

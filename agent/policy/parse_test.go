@@ -84,7 +84,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`p.yaml:7:13: spec.resources.memory: expected a size like 512Mi, got "lots"`}},
 		{"unknown fields everywhere, all reported", header + "spec:\n  resource: {}\n  filesystem:\n    reads: []\nextra: 1\n",
 			[]string{
-				`p.yaml:6:3: spec.resource: unknown field, expected one of approvals, credentials, filesystem, isolation, mode, network, resources, syscalls`,
+				`p.yaml:6:3: spec.resource: unknown field, expected one of approvals, credentials, filesystem, isolation, mode, network, observability, resources, syscalls`,
 				`p.yaml:8:5: spec.filesystem.reads: unknown field, expected one of deny, exec, read, write`,
 				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, kind, metadata, spec`,
 			}},

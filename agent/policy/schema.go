@@ -77,10 +77,15 @@ func (d *decoder) spec(n *yaml.Node, field string, s *Spec) {
 			}, d.required("egress")...)
 		},
 		"syscalls": func(n *yaml.Node, f string) { d.syscalls(n, f, &s.Syscalls) },
+		"observability": func(n *yaml.Node, f string) {
+			d.mapping(n, f, fields{
+				"eventBudget": func(n *yaml.Node, f string) { d.count(n, f, &s.Observability.EventBudget) },
+			}, d.required("eventBudget")...)
+		},
 		// Room for later issues: named now so a file using them gets a clear answer.
 		"credentials": func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
 		"approvals":   func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
-	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls")...)
+	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls", "observability")...)
 }
 
 func (d *decoder) resources(n *yaml.Node, field string, r *Resources) {

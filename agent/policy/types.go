@@ -50,6 +50,16 @@ type Spec struct {
 	Filesystem Filesystem
 	Network    Network
 	Syscalls   Syscalls
+	// Observability bounds the call's trail.
+	Observability Observability
+}
+
+// Observability bounds what one call can put in the trail.
+type Observability struct {
+	// EventBudget is how many events a call records one by one; past it, its high-volume
+	// events (opens, syscalls, connects, forks, exits, denials) are counted per kind and
+	// object (aggregate events). Execs, alerts, limits and drops are always recorded.
+	EventBudget int64
 }
 
 // NetworkIsolation is how the call reaches the network at all.

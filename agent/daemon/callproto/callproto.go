@@ -28,7 +28,6 @@ const DefaultSocket = "/run/berm/bermd.sock"
 // RunMagic is the first byte of a run connection; it carries the caller's stdio.
 const RunMagic = 'R'
 
-
 // Request is one tool call, as `berm run` resolved it in the caller's context: paths are
 // absolute, the environment is the tool's whole environment, the caps are the flags' values.
 type Request struct {

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// inboxBatches bounds a call's queue between the decoder and its worker: past it, the call's
+// own events are dropped and counted against it, and no other call waits.
+const inboxBatches = 256
+
+// worker is a call's own stage of the pipeline. The decoder only decodes and routes (cheap,
+// the same for every event); judging, rules and the journal run here, per call, so a call
+// whose events are many or slow to judge delays itself and nobody else.
+type worker struct {
+	in   chan []event.Event
+	quit chan struct{}
+	done chan struct{}
+
+	routed uint64        // decoder goroutine: events handed to in
+	taken  atomic.Uint64 // events the worker has finished with
+	ended  bool          // under Agent.mu: End took the call out; nothing more is routed
+
+	// abandoned: End gave up waiting; the worker stops at the event at hand and counts the
+	// rest as lost.
+	abandoned atomic.Bool
+	late      uint64 // worker goroutine: events it received and did not process
+
+	waitMu sync.Mutex
+	waits  []waiter
+}
+
+type waiter struct {
+	n    uint64
+	done chan struct{}
+}
+
+// barrierReq asks for a signal once the call's worker has finished with every event the
+// decoder routed to it up to the barrier.
+type barrierReq struct {
+	c    *Call
+	done chan struct{}
+}
+
+func (w *worker) init() {
+	w.in = make(chan []event.Event, inboxBatches)
+	w.quit = make(chan struct{})
+	w.done = make(chan struct{})
+}
+
+// work runs the call's stage until End stops it.
+func (a *Agent) work(c *Call) {
+	defer close(c.worker.done)
+	for {
+		select {
+		case evs := <-c.in:
+			for i := range evs {
+				if c.abandoned.Load() {
+					c.late += uint64(len(evs) - i)
+					break
+				}
+				c.enrich(&evs[i])
+				a.append(c, evs[i])
+			}
+			if len(c.in) == 0 {
+				if err := a.flush(c); err != nil {
+					a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
+				}
+			}
+			c.taken.Add(uint64(len(evs)))
+			c.release()
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// route hands a call its events; it never blocks. A full inbox drops them, counted against
+// the call.
+func (a *Agent) route(c *Call, evs []event.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c.ended {
+		a.m.orphans.Add(float64(len(evs)))
+		return
+	}
+	select {
+	case c.in <- evs:
+		c.routed += uint64(len(evs))
+	default:
+		a.userDrops[c.slot].Add(uint64(len(evs)))
+		a.m.drops.WithLabelValues("user").Add(float64(len(evs)))
+	}
+}
+
+// arm registers a barrier at what has been routed to the call so far (decoder goroutine).
+func (a *Agent) arm(r barrierReq) {
+	a.mu.Lock()
+	n := r.c.routed
+	a.mu.Unlock()
+	r.c.waitMu.Lock()
+	r.c.waits = append(r.c.waits, waiter{n: n, done: r.done})
+	r.c.waitMu.Unlock()
+	r.c.release()
+}
+
+// release signals the barriers the worker has reached.
+func (w *worker) release() {
+	taken := w.taken.Load()
+	w.waitMu.Lock()
+	defer w.waitMu.Unlock()
+	keep := w.waits[:0]
+	for _, wt := range w.waits {
+		if wt.n <= taken {
+			close(wt.done)
+		} else {
+			keep = append(keep, wt)
+		}
+	}
+	w.waits = keep
+}
+
+// stop ends the worker and returns how many of the call's events it never processed. The
+// caller has set ended, so nothing more arrives.
+func (w *worker) stop() uint64 {
+	close(w.quit)
+	<-w.done
+	late := w.late
+	for {
+		select {
+		case evs := <-w.in:
+			late += uint64(len(evs))
+		default:
+			return late
+		}
+	}
+}
+
+// maxAggregateKeys bounds the (kind, object) pairs a call aggregates: past it, objects are
+// counted as "(other)", so a tool cannot make the aggregate itself grow without end.
+const maxAggregateKeys = 4096
+
+type aggKey struct {
+	kind   event.Kind
+	object string
+}
+
+// aggregator takes a call's high-volume events past its budget.
+type aggregator struct {
+	budget uint64
+	kept   uint64 // events recorded one by one
+	total  uint64 // events aggregated
+	m      map[aggKey]*event.Aggregate
+}
+
+// take says whether ev is aggregated instead of recorded.
+func (g *aggregator) take(ev *event.Event) bool {
+	switch ev.Kind {
+	case event.KindOpen, event.KindSyscall, event.KindConnect, event.KindFork, event.KindExit, event.KindDenial:
+	default:
+		return false // execs, alerts, limits, drops and aggregates are always recorded
+	}
+	if g.kept < g.budget {
+		g.kept++
+		return false
+	}
+	k := aggKey{ev.Kind, aggObject(ev)}
+	if g.m == nil {
+		g.m = map[aggKey]*event.Aggregate{}
+	}
+	ag := g.m[k]
+	if ag == nil {
+		if len(g.m) >= maxAggregateKeys {
+			k.object = "(other)"
+			ag = g.m[k]
+		}
+		if ag == nil {
+			ag = &event.Aggregate{Kind: k.kind, Object: k.object, First: ev.Seq}
+			g.m[k] = ag
+		}
+	}
+	ag.Count++
+	ag.Last = ev.Seq
+	if failed(ev) {
+		ag.Failed++
+	}
+	g.total++
+	return true
+}
+
+// events are the aggregates as events, in the order of their first event.
+func (g *aggregator) events(at time.Time) []event.Event {
+	out := make([]event.Event, 0, len(g.m))
+	for _, ag := range g.m {
+		out = append(out, event.Event{Time: at, Kind: event.KindAggregate, Aggregate: ag})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Aggregate.First < out[j].Aggregate.First })
+	return out
+}
+
+func aggObject(ev *event.Event) string {
+	switch {
+	case ev.Open != nil:
+		return ev.Open.Path
+	case ev.Syscall != nil:
+		if ev.Syscall.Path != "" {
+			return ev.Syscall.Name + " " + ev.Syscall.Path
+		}
+		return ev.Syscall.Name
+	case ev.Connect != nil:
+		return fmt.Sprintf("%s %s:%d", ev.Connect.Family, ev.Connect.Addr, ev.Connect.Port)
+	case ev.Denial != nil:
+		return ev.Denial.Layer + " " + ev.Denial.Object
+	}
+	return ""
+}
+
+func failed(ev *event.Event) bool {
+	switch {
+	case ev.Open != nil:
+		return ev.Open.Result < 0
+	case ev.Syscall != nil:
+		return ev.Syscall.Result < 0
+	case ev.Connect != nil:
+		return ev.Connect.Result < 0
+	}
+	return false
+}
