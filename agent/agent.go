@@ -80,6 +80,9 @@ type Agent struct {
 	slots [tracer.MaxSlots]bool
 
 	userDrops [tracer.MaxSlots]atomic.Uint64
+	// consumed are the bytes of each slot's events the reader took out of the ring, told to
+	// the kernel per batch (its ring share: tracer.Config.RingShare).
+	consumed [tracer.MaxSlots]atomic.Uint64
 
 	barrierMu sync.Mutex
 	barriers  []barrierReq
@@ -306,6 +309,10 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return fail(err)
 	}
 	a.userDrops[slot].Store(0)
+	a.consumed[slot].Store(0)
+	if err := a.tr.ResetShare(uint32(slot)); err != nil {
+		return failStarted(err)
+	}
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
 	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
 		return failStarted(err)
@@ -402,6 +409,10 @@ type Result struct {
 	CPUTimeNs   uint64
 	PeakMemory  uint64
 	OutputBytes int64
+	// Populated: processes of the call survived every kill (uninterruptible sleep). The call
+	// stays registered (traced, and judged by the kernel layers) until the launcher reports
+	// its cgroup empty with Release: unregistered, they would be nobody's.
+	Populated bool
 }
 
 // BarrierTimeout bounds how long End waits for the call's own events to go through its
@@ -415,16 +426,22 @@ var BarrierTimeout = 5 * time.Second
 func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	var errs []error
 	var incomplete []string
-	if err := a.tr.Unregister(c.cgroup); err != nil {
-		errs = append(errs, err)
+	if !res.Populated {
+		if err := a.tr.Unregister(c.cgroup); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := a.barrier(c, BarrierTimeout); err != nil {
 		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
 		incomplete = append(incomplete, err.Error())
 		c.abandoned.Store(true)
 	}
-	if err := a.detachLayers(c); err != nil {
-		errs = append(errs, err)
+	if !res.Populated {
+		if err := a.detachLayers(c); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		incomplete = append(incomplete, "processes of the call survived its end; their later events are not in this trail")
 	}
 	a.mu.Lock()
 	delete(a.calls, c.cgroup)
@@ -486,9 +503,11 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	if r := a.rules.Load(); r != nil {
 		(*r).EndCall(c.Start.CallID)
 	}
-	a.mu.Lock()
-	a.slots[c.slot] = false
-	a.mu.Unlock()
+	if res.Populated {
+		a.m.lingering.Inc()
+	} else {
+		a.freeSlot(c)
+	}
 	a.m.active.Dec()
 	a.m.calls.WithLabelValues(string(res.Reason)).Inc()
 	return rec, errors.Join(errs...)
@@ -630,4 +649,20 @@ func (c *Call) enrich(ev *event.Event) {
 	if ev.Kind == event.KindExit {
 		delete(c.procs, ev.PID)
 	}
+}
+
+// Release ends what End left in place for a call whose processes survived it (Result.Populated),
+// once the launcher has seen its cgroup empty: the kernel stops tracing and judging the cgroup,
+// and its slot is free again.
+func (a *Agent) Release(c *Call) error {
+	errs := []error{a.tr.Unregister(c.cgroup), a.detachLayers(c)}
+	a.freeSlot(c)
+	a.m.lingering.Dec()
+	return errors.Join(errs...)
+}
+
+func (a *Agent) freeSlot(c *Call) {
+	a.mu.Lock()
+	a.slots[c.slot] = false
+	a.mu.Unlock()
 }

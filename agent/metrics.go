@@ -14,6 +14,7 @@ type metrics struct {
 	malformed   prometheus.Counter
 	orphans     prometheus.Counter
 	journalErrs prometheus.Counter
+	lingering   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64) *metrics {
@@ -42,11 +43,14 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 		journalErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "berm_journal_errors_total", Help: "Failed journal appends.",
 		}),
+		lingering: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "berm_calls_lingering", Help: "Ended calls whose processes survived every kill: still registered and judged until their cgroup is empty.",
+		}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs,
+	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs, m.lingering,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_ringbuf_pending_bytes", Help: "Bytes waiting in the event ring buffer.",
 		}, ring),

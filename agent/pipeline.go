@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/tracer"
 )
 
 // A batch is what travels through the queue: raw records copied out of the ring, or one event
@@ -43,17 +44,21 @@ func (a *Agent) readLoop() {
 	defer close(a.queue)
 	var rec ringbuf.Record
 	b := &batch{}
+	var read slotSet
 	for {
 		a.rd.SetDeadline(time.Now().Add(a.cfg.PollInterval))
 		err := a.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
 			b.add(rec.RawSample)
+			a.took(rec.RawSample, &read)
 			if len(b.ends) >= batchRecords {
+				a.tellConsumed(&read)
 				a.send(b)
 				b = &batch{}
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			a.tellConsumed(&read)
 			if len(b.ends) > 0 {
 				a.send(b)
 				b = &batch{}
@@ -65,7 +70,8 @@ func (a *Agent) readLoop() {
 			waiting := a.barriers
 			a.barriers = nil
 			a.barrierMu.Unlock()
-			a.drain(&rec, b)
+			a.drain(&rec, b, &read)
+			a.tellConsumed(&read)
 			b.barrier = waiting
 			a.queue <- b
 			b = &batch{}
@@ -83,14 +89,46 @@ func (a *Agent) readLoop() {
 }
 
 // drain reads everything the ring holds right now into b.
-func (a *Agent) drain(rec *ringbuf.Record, b *batch) {
+func (a *Agent) drain(rec *ringbuf.Record, b *batch, read *slotSet) {
 	a.rd.SetDeadline(time.Now())
 	for {
 		if err := a.rd.ReadInto(rec); err != nil {
 			return
 		}
 		b.add(rec.RawSample)
+		a.took(rec.RawSample, read)
 	}
+}
+
+// slotSet are the slots whose ring accounting changed since the kernel was last told.
+type slotSet struct {
+	slots []uint32
+	in    [tracer.MaxSlots]bool
+}
+
+// took counts a record read out of the ring against its slot's share, whatever becomes of
+// it afterwards: it no longer takes room in the ring.
+func (a *Agent) took(raw []byte, read *slotSet) {
+	h, ok := peekHeader(raw)
+	if !ok || h.Slot >= tracer.MaxSlots {
+		return
+	}
+	a.consumed[h.Slot].Add(uint64(len(raw)))
+	if !read.in[h.Slot] {
+		read.in[h.Slot] = true
+		read.slots = append(read.slots, h.Slot)
+	}
+}
+
+// tellConsumed writes the read totals of the slots read from to the kernel.
+func (a *Agent) tellConsumed(read *slotSet) {
+	for _, s := range read.slots {
+		if err := a.tr.Consumed(s, a.consumed[s].Load()); err != nil {
+			a.log.Error("ring share accounting", "slot", s, "err", err)
+		}
+		read.in[s] = false
+	}
+	read.slots = read.slots[:0]
 }
 
 // send queues a batch. A full queue gets a short grace, then the batch is dropped and every

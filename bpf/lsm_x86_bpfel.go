@@ -57,6 +57,8 @@ const (
 	LsmMapBermEvents        = "berm_events"
 	LsmMapBermLsmRules      = "berm_lsm_rules"
 	LsmMapBermLsmScratch    = "berm_lsm_scratch"
+	LsmMapBermRingIn        = "berm_ring_in"
+	LsmMapBermRingOut       = "berm_ring_out"
 	LsmProgBermBprmCheck    = "berm_bprm_check"
 	LsmProgBermFileOpen     = "berm_file_open"
 	LsmProgBermPathMkdir    = "berm_path_mkdir"
@@ -65,6 +67,7 @@ const (
 	LsmProgBermPathRmdir    = "berm_path_rmdir"
 	LsmProgBermPathTruncate = "berm_path_truncate"
 	LsmProgBermPathUnlink   = "berm_path_unlink"
+	LsmVarRingShare         = "ring_share"
 	LsmVarUnusedLsmKey      = "unused_lsm_key"
 	LsmVarUnusedLsmRight    = "unused_lsm_right"
 	LsmVarUnusedLsmRule     = "unused_lsm_rule"
@@ -132,12 +135,15 @@ type LsmMapSpecs struct {
 	BermEvents     *ebpf.MapSpec `ebpf:"berm_events"`
 	BermLsmRules   *ebpf.MapSpec `ebpf:"berm_lsm_rules"`
 	BermLsmScratch *ebpf.MapSpec `ebpf:"berm_lsm_scratch"`
+	BermRingIn     *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut    *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
 
 // LsmVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LsmVariableSpecs struct {
+	RingShare      *ebpf.VariableSpec `ebpf:"ring_share"`
 	UnusedLsmKey   *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
 	UnusedLsmRight *ebpf.VariableSpec `ebpf:"unused_lsm_right"`
 	UnusedLsmRule  *ebpf.VariableSpec `ebpf:"unused_lsm_rule"`
@@ -169,6 +175,8 @@ type LsmMaps struct {
 	BermEvents     *ebpf.Map `ebpf:"berm_events"`
 	BermLsmRules   *ebpf.Map `ebpf:"berm_lsm_rules"`
 	BermLsmScratch *ebpf.Map `ebpf:"berm_lsm_scratch"`
+	BermRingIn     *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut    *ebpf.Map `ebpf:"berm_ring_out"`
 }
 
 func (m *LsmMaps) Close() error {
@@ -178,6 +186,8 @@ func (m *LsmMaps) Close() error {
 		m.BermEvents,
 		m.BermLsmRules,
 		m.BermLsmScratch,
+		m.BermRingIn,
+		m.BermRingOut,
 	)
 }
 
@@ -185,6 +195,7 @@ func (m *LsmMaps) Close() error {
 //
 // It can be passed to LoadLsmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LsmVariables struct {
+	RingShare      *ebpf.Variable `ebpf:"ring_share"`
 	UnusedLsmKey   *ebpf.Variable `ebpf:"unused_lsm_key"`
 	UnusedLsmRight *ebpf.Variable `ebpf:"unused_lsm_right"`
 	UnusedLsmRule  *ebpf.Variable `ebpf:"unused_lsm_rule"`

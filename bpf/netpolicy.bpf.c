@@ -174,7 +174,8 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
 	if (!cfg)
-		return 1; /* not a call of this agent's: not judged here */
+		return 0; /* fail closed: below berm's root, a cgroup no call owns (a process that
+			   * outlived its call, a warm sandbox not claimed yet) has no egress */
 
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = (__u8)ctx->protocol;
@@ -256,7 +257,7 @@ int berm_sock_create(struct bpf_sock *sk)
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
 	if (!cfg)
-		return 1;
+		return 0; /* fail closed, as judge_addr */
 
 	__u32 family = sk->family, type = sk->type, protocol = sk->protocol;
 	int ok = 0;

@@ -73,11 +73,14 @@ const (
 	NetpolicyMapBermNetGens     = "berm_net_gens"
 	NetpolicyMapBermNetPolicy   = "berm_net_policy"
 	NetpolicyMapBermNetSlots    = "berm_net_slots"
+	NetpolicyMapBermRingIn      = "berm_ring_in"
+	NetpolicyMapBermRingOut     = "berm_ring_out"
 	NetpolicyProgBermConnect4   = "berm_connect4"
 	NetpolicyProgBermConnect6   = "berm_connect6"
 	NetpolicyProgBermSendmsg4   = "berm_sendmsg4"
 	NetpolicyProgBermSendmsg6   = "berm_sendmsg6"
 	NetpolicyProgBermSockCreate = "berm_sock_create"
+	NetpolicyVarRingShare       = "ring_share"
 	NetpolicyVarUnusedNetEntry  = "unused_net_entry"
 	NetpolicyVarUnusedNetGen    = "unused_net_gen"
 	NetpolicyVarUnusedNetKey    = "unused_net_key"
@@ -146,12 +149,15 @@ type NetpolicyMapSpecs struct {
 	BermNetGens   *ebpf.MapSpec `ebpf:"berm_net_gens"`
 	BermNetPolicy *ebpf.MapSpec `ebpf:"berm_net_policy"`
 	BermNetSlots  *ebpf.MapSpec `ebpf:"berm_net_slots"`
+	BermRingIn    *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut   *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
 
 // NetpolicyVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyVariableSpecs struct {
+	RingShare       *ebpf.VariableSpec `ebpf:"ring_share"`
 	UnusedNetEntry  *ebpf.VariableSpec `ebpf:"unused_net_entry"`
 	UnusedNetGen    *ebpf.VariableSpec `ebpf:"unused_net_gen"`
 	UnusedNetKey    *ebpf.VariableSpec `ebpf:"unused_net_key"`
@@ -187,6 +193,8 @@ type NetpolicyMaps struct {
 	BermNetGens   *ebpf.Map `ebpf:"berm_net_gens"`
 	BermNetPolicy *ebpf.Map `ebpf:"berm_net_policy"`
 	BermNetSlots  *ebpf.Map `ebpf:"berm_net_slots"`
+	BermRingIn    *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut   *ebpf.Map `ebpf:"berm_ring_out"`
 }
 
 func (m *NetpolicyMaps) Close() error {
@@ -197,6 +205,8 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermNetGens,
 		m.BermNetPolicy,
 		m.BermNetSlots,
+		m.BermRingIn,
+		m.BermRingOut,
 	)
 }
 
@@ -204,6 +214,7 @@ func (m *NetpolicyMaps) Close() error {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyVariables struct {
+	RingShare       *ebpf.Variable `ebpf:"ring_share"`
 	UnusedNetEntry  *ebpf.Variable `ebpf:"unused_net_entry"`
 	UnusedNetGen    *ebpf.Variable `ebpf:"unused_net_gen"`
 	UnusedNetKey    *ebpf.Variable `ebpf:"unused_net_key"`

@@ -149,9 +149,12 @@ const (
 	ProcessMapBermCalls         = "berm_calls"
 	ProcessMapBermDrops         = "berm_drops"
 	ProcessMapBermEvents        = "berm_events"
+	ProcessMapBermRingIn        = "berm_ring_in"
+	ProcessMapBermRingOut       = "berm_ring_out"
 	ProcessProgBermSchedExec    = "berm_sched_exec"
 	ProcessProgBermSchedExit    = "berm_sched_exit"
 	ProcessProgBermSchedFork    = "berm_sched_fork"
+	ProcessVarRingShare         = "ring_share"
 	ProcessVarUnusedCfg         = "unused_cfg"
 	ProcessVarUnusedConnect     = "unused_connect"
 	ProcessVarUnusedDeny        = "unused_deny"
@@ -218,15 +221,18 @@ type ProcessProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessMapSpecs struct {
-	BermCalls  *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops  *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents *ebpf.MapSpec `ebpf:"berm_events"`
+	BermCalls   *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops   *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents  *ebpf.MapSpec `ebpf:"berm_events"`
+	BermRingIn  *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
 
 // ProcessVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessVariableSpecs struct {
+	RingShare         *ebpf.VariableSpec `ebpf:"ring_share"`
 	UnusedCfg         *ebpf.VariableSpec `ebpf:"unused_cfg"`
 	UnusedConnect     *ebpf.VariableSpec `ebpf:"unused_connect"`
 	UnusedDeny        *ebpf.VariableSpec `ebpf:"unused_deny"`
@@ -262,9 +268,11 @@ func (o *ProcessObjects) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessMaps struct {
-	BermCalls  *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops  *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents *ebpf.Map `ebpf:"berm_events"`
+	BermCalls   *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops   *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents  *ebpf.Map `ebpf:"berm_events"`
+	BermRingIn  *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut *ebpf.Map `ebpf:"berm_ring_out"`
 }
 
 func (m *ProcessMaps) Close() error {
@@ -272,6 +280,8 @@ func (m *ProcessMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermRingIn,
+		m.BermRingOut,
 	)
 }
 
@@ -279,6 +289,7 @@ func (m *ProcessMaps) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessVariables struct {
+	RingShare         *ebpf.Variable `ebpf:"ring_share"`
 	UnusedCfg         *ebpf.Variable `ebpf:"unused_cfg"`
 	UnusedConnect     *ebpf.Variable `ebpf:"unused_connect"`
 	UnusedDeny        *ebpf.Variable `ebpf:"unused_deny"`

@@ -32,9 +32,12 @@ const (
 	SyscallsMapBermCalls     = "berm_calls"
 	SyscallsMapBermDrops     = "berm_drops"
 	SyscallsMapBermEvents    = "berm_events"
+	SyscallsMapBermRingIn    = "berm_ring_in"
+	SyscallsMapBermRingOut   = "berm_ring_out"
 	SyscallsMapBermSyscounts = "berm_syscounts"
 	SyscallsProgBermSysEnter = "berm_sys_enter"
 	SyscallsProgBermSysExit  = "berm_sys_exit"
+	SyscallsVarRingShare     = "ring_share"
 	SyscallsVarWakeupBytes   = "wakeup_bytes"
 )
 
@@ -91,6 +94,8 @@ type SyscallsMapSpecs struct {
 	BermCalls     *ebpf.MapSpec `ebpf:"berm_calls"`
 	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
+	BermRingIn    *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut   *ebpf.MapSpec `ebpf:"berm_ring_out"`
 	BermSyscounts *ebpf.MapSpec `ebpf:"berm_syscounts"`
 }
 
@@ -98,6 +103,7 @@ type SyscallsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SyscallsVariableSpecs struct {
+	RingShare   *ebpf.VariableSpec `ebpf:"ring_share"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -124,6 +130,8 @@ type SyscallsMaps struct {
 	BermCalls     *ebpf.Map `ebpf:"berm_calls"`
 	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents    *ebpf.Map `ebpf:"berm_events"`
+	BermRingIn    *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut   *ebpf.Map `ebpf:"berm_ring_out"`
 	BermSyscounts *ebpf.Map `ebpf:"berm_syscounts"`
 }
 
@@ -132,6 +140,8 @@ func (m *SyscallsMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermRingIn,
+		m.BermRingOut,
 		m.BermSyscounts,
 	)
 }
@@ -140,6 +150,7 @@ func (m *SyscallsMaps) Close() error {
 //
 // It can be passed to LoadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SyscallsVariables struct {
+	RingShare   *ebpf.Variable `ebpf:"ring_share"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

@@ -17,6 +17,8 @@ type CallRecorder interface {
 	// UpdateNetwork hot-reloads the running call's egress policy, atomically.
 	UpdateNetwork(pol *policy.NetPolicy) error
 	End(res agent.Result) (*event.CallRecord, error)
+	// Release unregisters a call End left registered (Result.Populated) once it is empty.
+	Release() error
 }
 
 // Local records with an in-process agent.
@@ -37,5 +39,7 @@ type localCall struct {
 
 func (l localCall) Emit(ev event.Event)                             { l.a.Emit(l.c, ev) }
 func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a.End(l.c, res) }
+
+func (l localCall) Release() error { return l.a.Release(l.c) }
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

@@ -185,6 +185,9 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	l := &launch{spec: spec, cg: sb.cg, call: call, env: env}
 	res := l.run(sb, ws)
 	record, err := call.End(res)
+	if res.Populated {
+		go lingerUntilEmpty(call, l.cg)
+	}
 	if record == nil {
 		return nil, err
 	}
@@ -306,9 +309,12 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	statData, _ := io.ReadAll(sb.stat)
 	_ = json.Unmarshal(statData, &st)
 
-	// Whatever the tool left behind (daemons, setsid grandchildren) goes now.
+	// Whatever the tool left behind (daemons, setsid grandchildren) goes now. What cannot be
+	// killed stays registered with the agent (traced, and judged by the kernel layers that
+	// fail closed) until it is gone: see lingerUntilEmpty.
 	if err := l.cg.KillAndWait(10 * time.Second); err != nil {
 		res.Detail = err.Error()
+		res.Populated = true
 	}
 	copiers.Wait()
 	ev := l.cg.Events()

@@ -718,3 +718,26 @@ func TestNestedCgroup(t *testing.T) {
 		{"raw", unix.AF_INET, "::", 0, unix.SOCK_RAW<<16 | unix.IPPROTO_ICMP, 0, unix.SYS_SOCKET},
 	}, pid, 0)
 }
+
+// Below berm's root every cgroup belongs to a call, or to nobody: a process left in a call's
+// cgroup after the call was unregistered (one berm could not kill) must not get the host's
+// network unfiltered. Its connects and inet sockets are refused.
+func TestUnregisteredUnderRootFailsClosed(t *testing.T) {
+	c := newCallAt(t, false, true)
+	w := newWorld(t)
+	cn, err := c.g.Attach(c.dir, c.id, &w.enforce.Network, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	if res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "ok" {
+		t.Fatalf("registered call: allowed connect %v, want ok", res)
+	}
+	if err := c.tr.Unregister(c.id); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort), fmt.Sprintf("udp socket %d %d 0", unix.AF_INET, unix.SOCK_DGRAM))
+	if res["allowed"] != "EPERM" || res["udp"] != "EPERM" {
+		t.Fatalf("a process in an unregistered cgroup under the root: %v; want every connect EPERM", res)
+	}
+}

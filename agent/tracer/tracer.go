@@ -25,6 +25,9 @@ type Config struct {
 	// WakeupBytes: the kernel wakes the reader only once this much data waits; below it the
 	// reader picks events up on its own deadline. Wake-ups dominate the cost of an event.
 	WakeupBytes uint64
+	// RingShare: once the ring is more than half full, a call holding this many bytes of it
+	// gets no more (its events are dropped and counted against it). 0: RingBytes/8.
+	RingShare uint64
 }
 
 // DefaultConfig is a 16 MiB ring (about 50k open events: bursts of a busy tool while the
@@ -54,9 +57,15 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load process spec: %w", err)
 	}
+	if cfg.RingShare == 0 {
+		cfg.RingShare = uint64(cfg.RingBytes) / 8
+	}
 	procSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
 	if err := procSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	if err := procSpec.Variables["ring_share"].Set(cfg.RingShare); err != nil {
+		return nil, fmt.Errorf("set ring_share: %w", err)
 	}
 	if err := procSpec.LoadAndAssign(&t.proc, nil); err != nil {
 		return nil, fmt.Errorf("load process objects: %w", verifierDetail(err))
@@ -70,10 +79,15 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if err := sysSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
+	if err := sysSpec.Variables["ring_share"].Set(cfg.RingShare); err != nil {
+		return nil, fmt.Errorf("set ring_share: %w", err)
+	}
 	shared := map[string]*ebpf.Map{
-		"berm_calls":  t.proc.BermCalls,
-		"berm_events": t.proc.BermEvents,
-		"berm_drops":  t.proc.BermDrops,
+		"berm_calls":    t.proc.BermCalls,
+		"berm_events":   t.proc.BermEvents,
+		"berm_drops":    t.proc.BermDrops,
+		"berm_ring_in":  t.proc.BermRingIn,
+		"berm_ring_out": t.proc.BermRingOut,
 	}
 	if err := sysSpec.LoadAndAssign(&t.sys, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
 		return nil, fmt.Errorf("load syscalls objects: %w", verifierDetail(err))
@@ -113,6 +127,22 @@ func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
 // the call table, the event ring and the per-slot drop counters.
 func (t *Tracer) Shared() (calls, events, drops *ebpf.Map) {
 	return t.proc.BermCalls, t.proc.BermEvents, t.proc.BermDrops
+}
+
+// ResetShare zeroes a slot's ring accounting for its next call (the slot's last call has
+// ended: none of its events is left in the ring).
+func (t *Tracer) ResetShare(slot uint32) error {
+	for _, m := range []*ebpf.Map{t.proc.BermRingIn, t.proc.BermRingOut} {
+		if err := m.Update(slot, uint64(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("reset ring share of slot %d: %w", slot, err)
+		}
+	}
+	return nil
+}
+
+// Consumed tells the kernel how many bytes of the slot's events the agent has read in all.
+func (t *Tracer) Consumed(slot uint32, bytes uint64) error {
+	return t.proc.BermRingOut.Update(slot, bytes, ebpf.UpdateAny)
 }
 
 // CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.

@@ -32,8 +32,34 @@ struct {
 	__type(value, __u64);
 } berm_drops SEC(".maps");
 
+/*
+ * The ring's share of each call: bytes a slot's events reserved (the kernel adds, here) and
+ * bytes of them the agent has read (the agent writes, per batch). Their difference is what the
+ * call holds in the ring now.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} berm_ring_in SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} berm_ring_out SEC(".maps");
+
 /* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
 const volatile __u64 wakeup_bytes = 256 << 10;
+
+/*
+ * Once the ring is more than half full, a call already holding this many bytes of it gets no
+ * more: its events are dropped (counted against it) and the other half stays for the others.
+ * One call's flood cannot take the ring from its neighbours. 0: no bound.
+ */
+const volatile __u64 ring_share = 0;
 
 static __always_inline struct berm_call_cfg *berm_call_of(__u64 cgid)
 {
@@ -49,9 +75,22 @@ static __always_inline void berm_count_drop(__u32 slot)
 
 static __always_inline void *berm_reserve(struct berm_call_cfg *cfg, __u64 size)
 {
+	__u32 slot = cfg->slot;
+	__u64 *in = bpf_map_lookup_elem(&berm_ring_in, &slot);
+	if (ring_share && in) {
+		__u64 *out = bpf_map_lookup_elem(&berm_ring_out, &slot);
+		__s64 held = (__s64)(*in - (out ? *out : 0));
+		if (held > (__s64)ring_share &&
+		    bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&berm_events, BPF_RB_RING_SIZE) / 2) {
+			berm_count_drop(slot);
+			return 0;
+		}
+	}
 	void *e = bpf_ringbuf_reserve(&berm_events, size, 0);
 	if (!e)
-		berm_count_drop(cfg->slot);
+		berm_count_drop(slot);
+	else if (in)
+		__sync_fetch_and_add(in, size);
 	return e;
 }
 
