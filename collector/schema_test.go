@@ -149,7 +149,7 @@ func TestMigrateFromFirstVersion(t *testing.T) {
 	if err := conn.Exec(ctx, "INSERT INTO "+db+".schema_migrations (version, name, dialect, applied_at) VALUES (1, 'init', 'legacy', now())"); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Exec(ctx, "INSERT INTO "+db+".events (call_id, seq, kind, detail) VALUES ('old-1', 1, 'open', '{}')"); err != nil {
+	if err := insert(ctx, conn, db+".events", []column{{"call_id", []string{"old-1"}}, {"seq", []uint64{1}}, {"kind", []string{"open"}}, {"detail", []string{"{}"}}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The collector that died: the second migration's first statement applied, not recorded.
