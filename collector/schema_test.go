@@ -146,7 +146,7 @@ func TestMigrateFromFirstVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := conn.Exec(ctx, "INSERT INTO "+db+".schema_migrations (version, name, dialect, applied_at) VALUES (1, 'init', 'legacy', now())"); err != nil {
+	if err := insert(ctx, conn, db+".schema_migrations", []column{{"version", []uint32{1}}, {"name", []string{"init"}}, {"dialect", []string{"legacy"}}, {"applied_at", []time.Time{time.Now()}}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := insert(ctx, conn, db+".events", []column{{"call_id", []string{"old-1"}}, {"seq", []uint64{1}}, {"kind", []string{"open"}}, {"detail", []string{"{}"}}}, 0); err != nil {
