@@ -14,7 +14,7 @@ import (
 func TestTimelineOfHostileFileNames(t *testing.T) {
 	bermbin.RequireRoot(t)
 	state, ws := t.TempDir(), bermbin.Workspace(t)
-	script := `touch "$(printf 'a\nb')" "$(printf '\033[2K\033[1A')" "$(printf 'x\n42\t+0.000001\t1\tsh\topen\t/etc/shadow RDONLY -> 3')" "$(printf 'del\177')"`
+	script := `touch "$(printf 'a\nb')" "$(printf '\033[2K\033[1A')" "$(printf 'x\n42\t+0.000001\t1\tsh\topen\tshadow RDONLY -> 3')" "$(printf 'del\177')"`
 	r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--no-rules", "--call-id", "hostile-names", "--workspace", ws, "--", "sh", "-c", script)
 	if r.Exit != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
@@ -35,7 +35,7 @@ func TestTimelineOfHostileFileNames(t *testing.T) {
 		t.Fatalf("berm timeline: exit %d: %s", out.Exit, out.Stderr)
 	}
 	noRawControl(t, out.Stdout)
-	for _, want := range []string{`a\nb`, `\033[2K\033[1A`, `x\n42\t+0.000001\t1\tsh\topen\t/etc/shadow RDONLY -> 3`, `del\177`} {
+	for _, want := range []string{`a\nb`, `\033[2K\033[1A`, `x\n42\t+0.000001\t1\tsh\topen\tshadow RDONLY -> 3`, `del\177`} {
 		if !strings.Contains(out.Stdout, want) {
 			t.Errorf("timeline does not show %s escaped:\n%s", want, out.Stdout)
 		}

@@ -25,7 +25,7 @@ func TestSafe(t *testing.T) {
 		{`back\slash`, `back\\slash`},
 		{`\n literally`, `\\n literally`},
 		{"bad\xffutf8\xc3", `bad\377utf8\303`},
-		{"csi\u009b2J", `csi\302\2332J`},           // C1 CSI, a lone escape on some terminals
+		{"csi\u009b2J", `csi\302\2332J`},               // C1 CSI, a lone escape on some terminals
 		{"rtl\u202eexe.txt", `rtl\342\200\256exe.txt`}, // bidi override
 		{"line\u2028sep", `line\342\200\250sep`},
 		{"\ufffd", "\ufffd"}, // a real replacement character is printable
