@@ -441,11 +441,22 @@ func rowCount(cols []column) int {
 	if len(cols) == 0 {
 		return 0
 	}
-	switch v := cols[2].values.(type) { // call_id in every table
-	case []string:
+	if v, ok := stringColumn(cols, "call_id"); ok { // in every table
 		return len(v)
 	}
 	return 0
+}
+
+// stringColumn finds a column by name: the generated events columns follow agent/event's
+// order, not the table's.
+func stringColumn(cols []column, name string) ([]string, bool) {
+	for _, c := range cols {
+		if c.name == name {
+			v, ok := c.values.([]string)
+			return v, ok
+		}
+	}
+	return nil, false
 }
 
 func eventKeys(callIDs []string, seqs []uint64) []string {
@@ -459,9 +470,9 @@ func eventKeys(callIDs []string, seqs []uint64) []string {
 // missing finds which of a replayed batch's rows ClickHouse already has; keep marks the
 // others.
 func (c *Collector) missing(ctx context.Context, conn driver.Conn, o SchemaOptions, table string, cols []column, keys []string) ([]bool, int, error) {
-	callIDs := cols[2].values.([]string)
-	tenants := cols[0].values.([]string)
-	tools := cols[1].values.([]string)
+	callIDs, _ := stringColumn(cols, "call_id")
+	tenants, _ := stringColumn(cols, "tenant")
+	tools, _ := stringColumn(cols, "tool")
 	have := map[string]bool{}
 	ids := distinct(callIDs)
 	const chunk = 500 // keeps the query under max_query_size

@@ -210,6 +210,9 @@ func TestCollectorSIGKILL(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// A failed wait must not leave the collector running: it would hold what the test
+		// holds (the kernel-test lock among them) long after.
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		var n uint64
 		waitFor(t, fmt.Sprintf("%d events shipped", atLeast), 30*time.Second, func() bool {
 			conn.QueryRow(context.Background(), "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'events'").Scan(&n)

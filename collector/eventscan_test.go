@@ -80,6 +80,17 @@ func oddEvents() []event.Event {
 			e.Limit = &event.Limit{Resource: "pids"}
 		}),
 		ev(20, func(e *event.Event) { e.Time = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC) }),
+		ev(22, func(e *event.Event) {
+			e.Phase = "setup"
+			e.Open = &event.Open{Path: "/a/\x1b[2K", Result: 3, PathTruncated: true, PathLen: 4096, PathSource: "kernel", ResolvedPath: "/ws/a\n"}
+		}),
+		ev(23, func(e *event.Event) {
+			e.Kind, e.Exec = event.KindExec, &event.Exec{Filename: "/bin/x", Argv: []string{"x"}, Truncated: true, ArgsLen: 1 << 20}
+		}),
+		ev(24, func(e *event.Event) {
+			e.Kind, e.Reload = event.KindReload, &event.Reload{Surface: "network", Applied: true, Detail: "network policy reloaded", Generation: math.MaxUint64}
+		}),
+		ev(25, func(e *event.Event) { e.Kind, e.Reload = event.KindReload, &event.Reload{} }),
 		ev(21, func(e *event.Event) {
 			e.Time = time.Date(2024, 2, 29, 23, 59, 59, 1, time.FixedZone("", -(12*3600+45*60)))
 		}),

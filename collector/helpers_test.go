@@ -186,6 +186,9 @@ func writeCalls(t testing.TB, stateDir, prefix string, calls, eventsPerCall, per
 			if c%2 == 1 {
 				r.Denials = nil
 			}
+			if r.Complete = c%3 != 2; !r.Complete {
+				r.IncompleteReason = "3 events lost in the kernel"
+			}
 			if err := w.AppendCallEnd(r); err != nil {
 				t.Fatal(err)
 			}
@@ -224,6 +227,12 @@ func makeEvent(callID string, c int, seq uint64, at time.Time) event.Event {
 		e.Kind, e.Exit = event.KindExit, &event.Exit{Code: 0, Signal: 9}
 	default:
 		e.Kind, e.Open = event.KindOpen, &event.Open{Path: "/etc/passwd", Dirfd: -100, Flags: 0o2000000, Result: 4}
+		if seq%100 == 19 {
+			e.Open.PathSource, e.Open.ResolvedPath = "kernel", "/etc/passwd"
+		}
+	}
+	if seq%50 == 1 {
+		e.Phase = "setup" // berm-init's own
 	}
 	return e
 }

@@ -253,6 +253,15 @@ func (sc *scanner) strs(keep bool) (out []string, n int) {
 	}
 }
 
+// strList reads an array of strings that is kept: [] is an empty slice, as decoding gives.
+func (sc *scanner) strList() []string {
+	out, _ := sc.strs(true)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
 // time reads a time as time.Time's UnmarshalJSON does: a string without escapes (it does not
 // unescape) parsed by parseStrictRFC3339, which is time.Parse with the RFC 3339 layout while
 // Go keeps its extra strictness disabled (go.dev/issue/54580; TestScannerTime checks it).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -45,6 +46,11 @@ func Migrate(ctx context.Context, conn driver.Conn, o SchemaOptions, log *slog.L
 			continue
 		}
 		for i, stmt := range m.Statements {
+			if done, err := columnAdded(ctx, conn, stmt); err != nil {
+				return fmt.Errorf("schema migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			} else if done {
+				continue
+			}
 			if err := conn.Exec(ctx, stmt); err != nil {
 				return fmt.Errorf("schema migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
@@ -63,6 +69,24 @@ func Migrate(ctx context.Context, conn driver.Conn, o SchemaOptions, log *slog.L
 		log.Info("schema migration applied", "version", m.Version, "name", m.Name, "dialect", o.Dialect, "database", o.Database)
 	}
 	return nil
+}
+
+var addColumnStmt = regexp.MustCompile(`^ALTER TABLE (\w+)\.(\w+)(?: ON CLUSTER \w+)? ADD COLUMN (\w+) `)
+
+// columnAdded says whether stmt adds a column that is there already. Old servers (18.16) have
+// no ADD COLUMN IF NOT EXISTS, and a collector that died between an ALTER and recording its
+// migration must not fail on it the next time.
+func columnAdded(ctx context.Context, conn driver.Conn, stmt string) (bool, error) {
+	m := addColumnStmt.FindStringSubmatch(stmt)
+	if m == nil {
+		return false, nil
+	}
+	var n uint64
+	err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", m[1], m[2], m[3]).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("look up column %s.%s.%s: %w", m[1], m[2], m[3], err)
+	}
+	return n > 0, nil
 }
 
 // MigrateDSN connects to one server and applies the schema there: what an operator runs on

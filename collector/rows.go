@@ -1,155 +1,16 @@
 package collector
 
 import (
-	"net/netip"
 	"sort"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
 )
 
-// parts are the kind-specific parts of an event, stored as one JSON object in the detail
-// column: {"open":{...}}. Only set parts are written, so any combination round-trips.
-type parts struct {
-	Exec    *event.Exec    `json:"exec,omitempty"`
-	Fork    *event.Fork    `json:"fork,omitempty"`
-	Exit    *event.Exit    `json:"exit,omitempty"`
-	Open    *event.Open    `json:"open,omitempty"`
-	Connect *event.Connect `json:"connect,omitempty"`
-	Syscall *event.Syscall `json:"syscall,omitempty"`
-	Denial  *event.Denial  `json:"denial,omitempty"`
-	Alert   *event.Alert   `json:"alert,omitempty"`
-	Drop    *event.Drop    `json:"drop,omitempty"`
-	Limit   *event.Limit   `json:"limit,omitempty"`
-}
-
-func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit}
-}
-
-func (p parts) setOn(e *event.Event) {
-	e.Exec, e.Fork, e.Exit, e.Open, e.Connect = p.Exec, p.Fork, p.Exit, p.Open, p.Connect
-	e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit = p.Syscall, p.Denial, p.Alert, p.Drop, p.Limit
-}
-
 // column is one column of an insert: its name and the values, a typed slice.
 type column struct {
 	name   string
 	values any
-}
-
-// eventRows are the events table's rows, column by column (clickhouse-go appends a typed
-// slice per column far faster than row by row).
-type eventRows struct {
-	tenant, tool, callID []string
-	seq                  []uint64
-	time                 []time.Time
-	timeNs               []uint32
-	kind                 []string
-	pid, tid, ppid, uid  []uint32
-	comm, exe, parentExe []string
-	path                 []string
-	addr                 [][16]byte
-	port                 []uint16
-	result               []int64
-	errno, syscall, rule []string
-	detail               []string
-}
-
-func (r *eventRows) len() int { return len(r.seq) }
-
-// eventRow is an event as the events table (and, for an alert, the alerts table) stores it:
-// decoding makes these on several goroutines, batches add them in journal order.
-type eventRow struct {
-	tenant, tool, callID, kind string
-	seq                        uint64
-	time                       time.Time // UTC
-	pid, tid, ppid, uid        uint32
-	comm, exe, parentExe       string
-	path                       string
-	addr                       [16]byte
-	port                       uint16
-	result                     int64
-	errno, syscall, rule       string
-	detail                     string       // the parts as JSON (partsOf)
-	alert                      *event.Alert // for an alert, its row in the alerts table
-}
-
-// rowOf makes an event's row; detail is its parts as JSON.
-func rowOf(e *event.Event, detail string) eventRow {
-	r := eventRow{
-		tenant: e.Tenant, tool: e.Tool, callID: e.CallID, kind: string(e.Kind), seq: e.Seq,
-		time: e.Time.UTC(), pid: e.PID, tid: e.TID, ppid: e.PPID, uid: e.UID,
-		comm: e.Comm, exe: e.Exe, parentExe: e.ParentExe, detail: detail,
-	}
-	switch {
-	case e.Open != nil:
-		r.path, r.result, r.errno = e.Open.Path, e.Open.Result, e.Open.Errno
-	case e.Connect != nil:
-		r.result, r.errno, r.port = e.Connect.Result, e.Connect.Errno, e.Connect.Port
-		if ip, err := netip.ParseAddr(e.Connect.Addr); err == nil {
-			r.addr = ip.As16()
-		} else {
-			r.path = e.Connect.Addr // a unix socket
-		}
-	case e.Syscall != nil:
-		r.path, r.result, r.errno, r.syscall = e.Syscall.Path, e.Syscall.Result, e.Syscall.Errno, e.Syscall.Name
-	case e.Exec != nil:
-		r.path = e.Exec.Filename
-	case e.Denial != nil:
-		r.path, r.rule = e.Denial.Object, e.Denial.Rule
-	case e.Alert != nil:
-		r.rule = e.Alert.RuleID
-	case e.Exit != nil:
-		r.result = int64(e.Exit.Code)
-	}
-	if e.Kind == event.KindAlert {
-		r.alert = e.Alert
-	}
-	return r
-}
-
-func (r *eventRows) add(e *eventRow) {
-	r.tenant = append(r.tenant, e.tenant)
-	r.tool = append(r.tool, e.tool)
-	r.callID = append(r.callID, e.callID)
-	r.seq = append(r.seq, e.seq)
-	r.time = append(r.time, e.time)
-	r.timeNs = append(r.timeNs, uint32(e.time.Nanosecond()))
-	r.kind = append(r.kind, e.kind)
-	r.pid = append(r.pid, e.pid)
-	r.tid = append(r.tid, e.tid)
-	r.ppid = append(r.ppid, e.ppid)
-	r.uid = append(r.uid, e.uid)
-	r.comm = append(r.comm, e.comm)
-	r.exe = append(r.exe, e.exe)
-	r.parentExe = append(r.parentExe, e.parentExe)
-	r.path = append(r.path, e.path)
-	r.addr = append(r.addr, e.addr)
-	r.port = append(r.port, e.port)
-	r.result = append(r.result, e.result)
-	r.errno = append(r.errno, e.errno)
-	r.syscall = append(r.syscall, e.syscall)
-	r.rule = append(r.rule, e.rule)
-	r.detail = append(r.detail, e.detail)
-}
-
-func (r *eventRows) columns(d Dialect) []column {
-	cols := []column{
-		{"tenant", r.tenant}, {"tool", r.tool}, {"call_id", r.callID}, {"seq", r.seq},
-		{"time", r.time},
-	}
-	if d == Legacy {
-		cols = append(cols, column{"time_ns", r.timeNs})
-	}
-	cols = append(cols,
-		column{"kind", r.kind}, column{"pid", r.pid}, column{"tid", r.tid}, column{"ppid", r.ppid},
-		column{"uid", r.uid}, column{"comm", r.comm}, column{"exe", r.exe},
-		column{"parent_exe", r.parentExe}, column{"path", r.path}, column{"addr", addrValues(d, r.addr)},
-		column{"port", r.port}, column{"result", r.result}, column{"errno", r.errno},
-		column{"syscall", r.syscall}, column{"rule", r.rule}, column{"detail", r.detail},
-	)
-	return cols
 }
 
 // addrValues gives IPv6 columns the 16-byte arrays and legacy FixedString(16) columns the
@@ -163,17 +24,6 @@ func addrValues(d Dialect, addr [][16]byte) any {
 		out[i] = addr[i][:]
 	}
 	return out
-}
-
-// reset empties the rows and keeps their memory, sized for n rows: a collector reuses its
-// few batches instead of growing new slices for every one.
-func (r *eventRows) reset(n int) {
-	r.tenant, r.tool, r.callID = resize(r.tenant, n), resize(r.tool, n), resize(r.callID, n)
-	r.seq, r.time, r.timeNs, r.kind = resize(r.seq, n), resize(r.time, n), resize(r.timeNs, n), resize(r.kind, n)
-	r.pid, r.tid, r.ppid, r.uid = resize(r.pid, n), resize(r.tid, n), resize(r.ppid, n), resize(r.uid, n)
-	r.comm, r.exe, r.parentExe, r.path = resize(r.comm, n), resize(r.exe, n), resize(r.parentExe, n), resize(r.path, n)
-	r.addr, r.port, r.result = resize(r.addr, n), resize(r.port, n), resize(r.result, n)
-	r.errno, r.syscall, r.rule, r.detail = resize(r.errno, n), resize(r.syscall, n), resize(r.rule, n), resize(r.detail, n)
 }
 
 func resize[T any](s []T, n int) []T {
@@ -300,6 +150,7 @@ type callRows struct {
 	syscallCounts, denialCounts        [][]uint64
 	events, alerts, dropKern, dropUser []uint64
 	raw                                []string
+	callColumns                        // the columns CallRecord's ch tags map (rows_gen.go)
 }
 
 func (r *callRows) len() int { return len(r.callID) }
@@ -352,6 +203,7 @@ func (r *callRows) add(c *event.CallRecord, raw string) {
 	r.dropKern = append(r.dropKern, c.Dropped.Kernel)
 	r.dropUser = append(r.dropUser, c.Dropped.User)
 	r.raw = append(r.raw, raw)
+	r.callColumns.add(c)
 }
 
 func (r *callRows) columns(d Dialect) []column {
@@ -363,7 +215,7 @@ func (r *callRows) columns(d Dialect) []column {
 	if d == Legacy {
 		cols = append(cols, column{"end_ns", r.endNs})
 	}
-	return append(cols,
+	return append(append(cols,
 		column{"duration_ns", r.duration}, column{"node", r.node}, column{"policy", r.policy},
 		column{"policy_hash", r.hash}, column{"argv", r.argv}, column{"layers", r.layers},
 		column{"exit_status", r.exitStatus}, column{"exit_code", r.exitCode},
@@ -375,5 +227,5 @@ func (r *callRows) columns(d Dialect) []column {
 		column{"denial_counts", r.denialCounts}, column{"events", r.events},
 		column{"alerts", r.alerts}, column{"dropped_kernel", r.dropKern},
 		column{"dropped_user", r.dropUser}, column{"raw", r.raw},
-	)
+	), r.callColumns.columns()...)
 }

@@ -121,6 +121,17 @@ func (o SchemaOptions) MigrationsTable() string {
 type tableRenderer struct {
 	o       SchemaOptions
 	created []string
+	altered []string
+}
+
+// Alter names a table an ALTER changes: in the sharded layout the shard-local table, and the
+// Distributed table over it gets the same ALTER (renderMigration adds it).
+func (r *tableRenderer) Alter(name string) string {
+	if r.o.Cluster != "" {
+		r.altered = append(r.altered, name)
+		return r.o.Database + "." + name + "_local"
+	}
+	return r.o.Database + "." + name
 }
 
 func (r *tableRenderer) T(name string) string {
@@ -200,6 +211,18 @@ func renderMigration(o SchemaOptions, name, text string) ([]string, error) {
 			stmts = append(stmts, fmt.Sprintf(
 				"CREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s_local\nENGINE = Distributed(%s, %s, %s_local, cityHash64(call_id))",
 				o.Database, t, o.onCluster(), o.Database, t, o.Cluster, o.Database, t))
+		}
+		if len(r.altered) > 0 {
+			// A Distributed table does not follow its local tables' columns by itself.
+			for _, s := range stmts {
+				for _, t := range r.altered {
+					local := "ALTER TABLE " + o.Database + "." + t + "_local"
+					if strings.HasPrefix(s, local+" ") {
+						stmts = append(stmts, "ALTER TABLE "+o.Database+"."+t+strings.TrimPrefix(s, local))
+						break
+					}
+				}
+			}
 		}
 	}
 	return stmts, nil

@@ -105,14 +105,66 @@ func TestMigrateIdempotent(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	db := dsn[strings.LastIndex(dsn, "/")+1:]
-	if n := count(t, conn, "SELECT count() FROM "+db+".schema_migrations"); n != 1 {
-		t.Fatalf("schema_migrations has %d rows, want 1", n)
+	ms, err := Migrations(SchemaOptions{Database: db, Dialect: Legacy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".schema_migrations"); n != uint64(len(ms)) {
+		t.Fatalf("schema_migrations has %d rows, want %d", n, len(ms))
 	}
 	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+db+"'"); n != 5 {
 		t.Fatalf("%d tables, want 5", n)
 	}
 	var dialect string
-	if err := conn.QueryRow(context.Background(), "SELECT dialect FROM "+db+".schema_migrations").Scan(&dialect); err != nil || dialect != string(Legacy) {
+	if err := conn.QueryRow(context.Background(), "SELECT any(dialect) FROM "+db+".schema_migrations").Scan(&dialect); err != nil || dialect != string(Legacy) {
 		t.Fatalf("dialect %q, %v; want legacy on 18.16", dialect, err)
+	}
+}
+
+// TestMigrateFromFirstVersion upgrades a database a collector of the first schema version
+// made: its rows stay, the new columns appear with their defaults. An ALTER already applied
+// by a collector that died before recording its migration does not stop the next one.
+func TestMigrateFromFirstVersion(t *testing.T) {
+	s := server(t)
+	dsn := freshDB(t, s)
+	conn := connect(t, dsn)
+	ctx := context.Background()
+	db := dsn[strings.LastIndex(dsn, "/")+1:]
+	o := SchemaOptions{Database: db, Dialect: Legacy}
+	ms, err := Migrations(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) < 2 {
+		t.Fatalf("%d migrations, want the first and at least one more", len(ms))
+	}
+	if err := conn.Exec(ctx, o.MigrationsTable()); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range ms[0].Statements {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := insert(ctx, conn, db+".schema_migrations", []column{{"version", []uint32{1}}, {"name", []string{"init"}}, {"dialect", []string{"legacy"}}, {"applied_at", []time.Time{time.Now()}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert(ctx, conn, db+".events", []column{{"call_id", []string{"old-1"}}, {"seq", []uint64{1}}, {"kind", []string{"open"}}, {"detail", []string{"{}"}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The collector that died: the second migration's first statement applied, not recorded.
+	if err := conn.Exec(ctx, ms[1].Statements[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := MigrateDSN(ctx, dsn, "", 0, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE call_id = 'old-1' AND phase = ''"); n != 1 {
+		t.Fatalf("old row after the upgrade: %d, want 1 with an empty phase", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM system.columns WHERE database = '"+db+"' AND table = 'calls' AND name IN ('complete', 'incomplete_reason')"); n != 2 {
+		t.Fatalf("calls has %d of the new columns, want 2", n)
 	}
 }

@@ -34,6 +34,16 @@ func TestShipAndReadBack(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+db+".call_starts"); n != 8 {
 		t.Fatalf("call_starts: %d rows, want 8", n)
 	}
+	// The columns of the newer members: phase, and the record's completeness.
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE phase = 'setup'"); n != 6*10+2 {
+		t.Fatalf("events of the setup phase: %d rows, want %d", n, 6*10+2)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE complete = 1 AND incomplete_reason = ''"); n != 4 {
+		t.Fatalf("complete calls: %d rows, want 4", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE complete = 0 AND incomplete_reason = '3 events lost in the kernel'"); n != 2 {
+		t.Fatalf("incomplete calls: %d rows, want 2", n)
+	}
 	sameAsJournal(t, state, dsn, 8)
 	// Running again ships nothing twice.
 	if err := c.RunOnce(context.Background()); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -172,7 +173,7 @@ func (s *CHSource) events(ctx context.Context, tenant, tool, callID string) ([]e
 	}
 	// Events may carry their call's tenant and tool or leave them empty; either way the
 	// primary key (tenant, tool, call_id, ...) narrows the read.
-	q := "SELECT seq, " + timeCols + ", kind, tool, tenant, pid, tid, ppid, uid, comm, exe, parent_exe, detail FROM " +
+	q := "SELECT " + timeCols + ", kind, " + strings.Join(eventReadColumns, ", ") + ", detail FROM " +
 		s.o.Table("events") + fmt.Sprintf(" WHERE tenant IN (%s, '') AND tool IN (%s, '') AND call_id = %s ORDER BY seq",
 		quote(tenant), quote(tool), quote(callID))
 	rows, err := s.conn.Query(ctx, q)
@@ -189,12 +190,12 @@ func (s *CHSource) events(ctx context.Context, tenant, tool, callID string) ([]e
 			sec, ns      uint32
 			err          error
 		)
-		common := []any{&kind, &e.Tool, &e.Tenant, &e.PID, &e.TID, &e.PPID, &e.UID, &e.Comm, &e.Exe, &e.ParentExe, &detail}
+		common := append(append([]any{&kind}, eventReadTargets(&e)...), &detail)
 		if s.o.Dialect == Legacy {
-			err = rows.Scan(append([]any{&e.Seq, &sec, &ns}, common...)...)
+			err = rows.Scan(append([]any{&sec, &ns}, common...)...)
 			t = time.Unix(int64(sec), int64(ns))
 		} else {
-			err = rows.Scan(append([]any{&e.Seq, &t}, common...)...)
+			err = rows.Scan(append([]any{&t}, common...)...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read events: %w", err)

@@ -240,8 +240,14 @@ while not os.path.exists("stop"):
 	tl := bermbin.Timeline(t, state, "reload")
 	reloads := 0
 	for _, e := range tl.Events {
-		if e.Limit != nil && e.Limit.Resource == "policy_reload" && strings.Contains(e.Limit.Detail, "reloaded") {
+		if e.Kind == event.KindReload && e.Reload != nil && e.Reload.Applied && e.Reload.Surface == "network" {
 			reloads++
+			if e.Reload.Generation != uint64(reloads) {
+				t.Errorf("reload %d has generation %d", reloads, e.Reload.Generation)
+			}
+		}
+		if e.Limit != nil && e.Limit.Resource == "policy_reload" {
+			t.Errorf("a policy reload recorded as a limit: %+v", e.Limit)
 		}
 	}
 	if reloads != 2 {

@@ -24,6 +24,7 @@ func (l *launch) reloadPolicy(done <-chan struct{}) {
 	}
 	last := stamp()
 	current := l.env.compiled.Network
+	var generation uint64 // reloads applied so far
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -53,10 +54,13 @@ func (l *launch) reloadPolicy(done <-chan struct{}) {
 				current = c.Network
 			}
 		}
-		detail := "network policy reloaded"
+		r := &event.Reload{Surface: "network", Applied: err == nil, Detail: "network policy reloaded"}
 		if err != nil {
-			detail = "policy reload refused, previous policy kept: " + err.Error()
+			r.Detail = "policy reload refused, previous policy kept: " + err.Error()
+		} else {
+			generation++
 		}
-		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: "policy_reload", Detail: detail}})
+		r.Generation = generation
+		l.call.Emit(event.Event{Kind: event.KindReload, Reload: r})
 	}
 }

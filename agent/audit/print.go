@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,14 +13,15 @@ import (
 	"github.com/bermsec/berm/agent/event"
 )
 
-// PrintCalls writes the calls as a table.
+// PrintCalls writes the calls as a table. Every text a tool or a caller chose is printed
+// through Safe: no field can break the table or the terminal.
 func PrintCalls(w io.Writer, calls []Call) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CALL ID\tTOOL\tTENANT\tSTART\tDURATION\tEND\tSTATUS\tEVENTS\tDENIALS\tDROPPED")
+	fmt.Fprintln(tw, "CALL ID\tTOOL\tTENANT\tSTART\tDURATION\tEND\tSTATUS\tEVENTS\tDENIALS\tDROPPED\tCOMPLETE")
 	for _, c := range calls {
 		s := c.Start
 		if c.Record == nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t%s\t-\t-\t-\t-\n", s.CallID, s.Tool, s.Tenant, s.Start.UTC().Format(time.RFC3339), event.EndUnknown)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t%s\t-\t-\t-\t-\tno\n", Safe(s.CallID), Safe(s.Tool), Safe(s.Tenant), s.Start.UTC().Format(time.RFC3339), event.EndUnknown)
 			continue
 		}
 		r := c.Record
@@ -27,9 +29,9 @@ func PrintCalls(w io.Writer, calls []Call) error {
 		for _, n := range r.Denials {
 			denials += n
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", s.CallID, s.Tool, s.Tenant,
-			s.Start.UTC().Format(time.RFC3339), r.End.Sub(s.Start).Round(time.Millisecond), r.EndReason,
-			r.ExitStatus, r.Events, denials, r.Dropped.Kernel+r.Dropped.User)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", Safe(s.CallID), Safe(s.Tool), Safe(s.Tenant),
+			s.Start.UTC().Format(time.RFC3339), r.End.Sub(s.Start).Round(time.Millisecond), Safe(string(r.EndReason)),
+			r.ExitStatus, r.Events, denials, r.Dropped.Kernel+r.Dropped.User, completeness(r, false))
 	}
 	return tw.Flush()
 }
@@ -60,19 +62,22 @@ func PrintTimelineJSON(w io.Writer, c *Call, evs []event.Event) error {
 	return enc.Encode(TimelineJSON{Call: c, Events: evs})
 }
 
-// PrintTimeline writes a call's header and its events, one line each, in order.
+// PrintTimeline writes a call's header and its events, one line each, in order. Every text a
+// tool or a caller chose is printed through Safe: a file named "x\n42 ..." or holding escape
+// sequences shows as escapes, it cannot forge a row or rewrite the terminal.
 func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 	s := c.Start
-	fmt.Fprintf(w, "call %s  tool=%s  tenant=%s  policy=%s\n", s.CallID, s.Tool, s.Tenant, orDash(s.Policy))
+	fmt.Fprintf(w, "call %s  tool=%s  tenant=%s  policy=%s\n", Safe(s.CallID), Safe(s.Tool), Safe(s.Tenant), orDash(Safe(s.Policy)))
 	fmt.Fprintf(w, "  argv:    %s\n", quoteArgv(s.Argv))
-	fmt.Fprintf(w, "  started: %s on %s (cgroup %d)\n", s.Start.UTC().Format(time.RFC3339Nano), s.Node, s.CgroupID)
-	fmt.Fprintf(w, "  layers:  %s\n", strings.Join(s.Layers, ", "))
+	fmt.Fprintf(w, "  started: %s on %s (cgroup %d)\n", s.Start.UTC().Format(time.RFC3339Nano), Safe(s.Node), s.CgroupID)
+	fmt.Fprintf(w, "  layers:  %s\n", safeList(s.Layers, ", "))
 	if r := c.Record; r != nil {
-		fmt.Fprintf(w, "  ended:   +%.3fs  reason=%s  status=%d", r.End.Sub(s.Start).Seconds(), r.EndReason, r.ExitStatus)
+		fmt.Fprintf(w, "  ended:   +%.3fs  reason=%s  status=%d", r.End.Sub(s.Start).Seconds(), Safe(string(r.EndReason)), r.ExitStatus)
 		if r.EndDetail != "" {
-			fmt.Fprintf(w, "  (%s)", r.EndDetail)
+			fmt.Fprintf(w, "  (%s)", Safe(r.EndDetail))
 		}
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  complete: %s\n", completeness(r, true))
 		fmt.Fprintf(w, "  usage:   cpu=%s  peak_memory=%s  output=%s  syscalls=%d\n",
 			time.Duration(r.CPUTimeNs).Round(time.Microsecond), bytesHuman(int64(r.PeakMemory)), bytesHuman(r.OutputBytes), r.SyscallTotal)
 		if len(r.Syscalls) > 0 {
@@ -93,21 +98,28 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		if prog == "" {
 			prog = e.Comm
 		}
-		fmt.Fprintf(tw, "%d\t+%.6f\t%d\t%s\t%s\t%s\n", e.Seq, e.Time.Sub(s.Start).Seconds(), e.PID, orDash(prog), e.Kind, Describe(e))
+		kind := Safe(string(e.Kind))
+		if e.Phase != "" {
+			kind += " (" + Safe(e.Phase) + ")"
+		}
+		fmt.Fprintf(tw, "%d\t+%.6f\t%d\t%s\t%s\t%s\n", e.Seq, e.Time.Sub(s.Start).Seconds(), e.PID, orDash(Safe(prog)), kind, Describe(e))
 	}
 	return tw.Flush()
 }
 
-// Describe is a one-line account of an event's own part.
+// Describe is a one-line account of an event's own part, safe to print (see Safe).
 func Describe(e *event.Event) string {
 	switch {
 	case e.Exec != nil:
-		d := fmt.Sprintf("%s %s", e.Exec.Filename, quoteArgv(e.Exec.Argv))
+		d := fmt.Sprintf("%s %s", Safe(e.Exec.Filename), quoteArgv(e.Exec.Argv))
+		if e.Exec.Truncated {
+			d += fmt.Sprintf(" [argv truncated, %d bytes]", e.Exec.ArgsLen)
+		}
 		if e.Exec.Setuid {
 			d += " [setuid]"
 		}
 		if e.Exec.Deleted {
-			d += " [deleted/memfd: " + e.Exec.ExeName + "]"
+			d += " [deleted/memfd: " + Safe(e.Exec.ExeName) + "]"
 		}
 		return d
 	case e.Fork != nil:
@@ -118,48 +130,80 @@ func Describe(e *event.Event) string {
 		}
 		return fmt.Sprintf("exit %d", e.Exit.Code)
 	case e.Open != nil:
-		return fmt.Sprintf("%s %s -> %s", e.Open.Path, openFlags(e.Open.Flags), result(e.Open.Result, e.Open.Errno))
+		o := e.Open
+		d := Safe(o.Path)
+		if o.PathTruncated {
+			d += fmt.Sprintf(" [truncated, %d bytes]", o.PathLen)
+		}
+		if o.ResolvedPath != "" && o.ResolvedPath != o.Path {
+			d += " (" + Safe(o.ResolvedPath) + ")"
+		}
+		if o.PathSource == "user" {
+			d += " [path from user memory]"
+		}
+		return fmt.Sprintf("%s %s -> %s", d, openFlags(o.Flags), result(o.Result, o.Errno))
 	case e.Connect != nil:
-		addr := e.Connect.Addr
+		addr := Safe(e.Connect.Addr)
 		if e.Connect.Family == "inet6" {
 			addr = "[" + addr + "]"
 		}
 		if e.Connect.Family == "inet" || e.Connect.Family == "inet6" {
 			addr = fmt.Sprintf("%s:%d", addr, e.Connect.Port)
 		}
-		return fmt.Sprintf("%s %s -> %s", e.Connect.Family, addr, result(e.Connect.Result, e.Connect.Errno))
+		return fmt.Sprintf("%s %s -> %s", Safe(e.Connect.Family), addr, result(e.Connect.Result, e.Connect.Errno))
 	case e.Syscall != nil:
-		d := e.Syscall.Name
+		d := Safe(e.Syscall.Name)
 		if e.Syscall.Path != "" {
-			d += " " + e.Syscall.Path
+			d += " " + Safe(e.Syscall.Path)
 		}
 		if e.Syscall.Path2 != "" {
-			d += " " + e.Syscall.Path2
+			d += " " + Safe(e.Syscall.Path2)
 		}
 		return d + " -> " + result(e.Syscall.Result, e.Syscall.Errno)
 	case e.Denial != nil:
-		d := fmt.Sprintf("%s denied %s (rule %s, surface %s)", e.Denial.Layer, e.Denial.Object, e.Denial.Rule, e.Denial.Surface)
+		d := fmt.Sprintf("%s denied %s (rule %s, surface %s)", Safe(e.Denial.Layer), Safe(e.Denial.Object), Safe(e.Denial.Rule), Safe(e.Denial.Surface))
 		if e.Denial.Audit {
 			d = "[audit] would be " + d
 		}
 		return d
 	case e.Alert != nil:
-		return fmt.Sprintf("[%s] %s: %s (event %d)", e.Alert.Severity, e.Alert.RuleID, e.Alert.Output, e.Alert.EventSeq)
+		return fmt.Sprintf("[%s] %s: %s (event %d)", Safe(e.Alert.Severity), Safe(e.Alert.RuleID), Safe(e.Alert.Output), e.Alert.EventSeq)
 	case e.Drop != nil:
 		return fmt.Sprintf("%d events lost in the kernel, %d in the agent", e.Drop.Kernel, e.Drop.User)
 	case e.Limit != nil:
-		d := fmt.Sprintf("%s cap hit (limit %d)", e.Limit.Resource, e.Limit.Limit)
+		d := fmt.Sprintf("%s cap hit (limit %d)", Safe(e.Limit.Resource), e.Limit.Limit)
 		if e.Limit.Detail != "" {
-			d += ": " + e.Limit.Detail
+			d += ": " + Safe(e.Limit.Detail)
+		}
+		return d
+	case e.Reload != nil:
+		r := e.Reload
+		if !r.Applied {
+			return fmt.Sprintf("%s policy reload refused: %s", Safe(r.Surface), Safe(r.Detail))
+		}
+		d := fmt.Sprintf("%s policy reloaded (generation %d)", Safe(r.Surface), r.Generation)
+		if r.Detail != "" {
+			d += ": " + Safe(r.Detail)
 		}
 		return d
 	}
 	return ""
 }
 
+// completeness says whether a record's trail is complete, and (long) why not.
+func completeness(r *event.CallRecord, long bool) string {
+	switch {
+	case r.Complete:
+		return "yes"
+	case long && r.IncompleteReason != "":
+		return "no (" + Safe(r.IncompleteReason) + ")"
+	}
+	return "no"
+}
+
 func result(ret int64, errno string) string {
 	if errno != "" {
-		return errno
+		return Safe(errno)
 	}
 	return fmt.Sprint(ret)
 }
@@ -185,13 +229,15 @@ func openFlags(f uint32) string {
 	return strings.Join(parts, "|")
 }
 
+// quoteArgv prints an argv with Go quotes around the arguments that need them (which escape
+// every unprintable character too), and the others through Safe.
 func quoteArgv(argv []string) string {
 	out := make([]string, len(argv))
 	for i, a := range argv {
 		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
-			out[i] = fmt.Sprintf("%q", a)
+			out[i] = strconv.Quote(a)
 		} else {
-			out[i] = a
+			out[i] = Safe(a)
 		}
 	}
 	return "[" + strings.Join(out, " ") + "]"
@@ -212,7 +258,7 @@ func topSyscalls(m map[string]uint64, n int) string {
 	}
 	parts := make([]string, len(s))
 	for i, x := range s {
-		parts[i] = fmt.Sprintf("%s=%d", x.k, x.v)
+		parts[i] = fmt.Sprintf("%s=%d", Safe(x.k), x.v)
 	}
 	return strings.Join(parts, " ")
 }

@@ -11,8 +11,8 @@ import (
 
 // Call is what a store knows of one call: always its start, and its record once it ended.
 type Call struct {
-	Start  event.CallStart
-	Record *event.CallRecord // nil while running, or when the writer died before the end
+	Start  event.CallStart   `json:"start"`
+	Record *event.CallRecord `json:"record"` // nil while running, or when the writer died before the end
 }
 
 // Filter selects calls. Zero fields match everything.

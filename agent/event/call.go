@@ -23,16 +23,16 @@ const (
 
 // CallStart is written to the journal before the tool's first instruction.
 type CallStart struct {
-	CallID     string    `json:"call_id"`
-	Tool       string    `json:"tool"`
-	Tenant     string    `json:"tenant"`
-	Argv       []string  `json:"argv"`
-	Policy     string    `json:"policy"`
-	PolicyHash string    `json:"policy_hash,omitempty"`
-	Start      time.Time `json:"start"`
-	CgroupID   uint64    `json:"cgroup_id"`
-	Node       string    `json:"node"`
-	Layers     []string  `json:"layers"` // enforcement and observation layers active for the call (Layer* names)
+	CallID     string    `json:"call_id"`               // the call's id, as its caller named it
+	Tool       string    `json:"tool"`                  // the tool the call ran
+	Tenant     string    `json:"tenant"`                // the tenant the call ran for
+	Argv       []string  `json:"argv"`                  // the tool's command line
+	Policy     string    `json:"policy"`                // the policy's name
+	PolicyHash string    `json:"policy_hash,omitempty"` // hash of the compiled policy
+	Start      time.Time `json:"start"`                 // when the sandbox was set up
+	CgroupID   uint64    `json:"cgroup_id"`             // the call's cgroup, its identity in the kernel
+	Node       string    `json:"node"`                  // the host the call ran on
+	Layers     []string  `json:"layers"`                // enforcement and observation layers active for the call (Layer* names)
 	// Mode is the policy's mode: enforce, or audit (every would-be denial recorded, nothing
 	// blocked).
 	Mode        string `json:"mode,omitempty"`
@@ -41,52 +41,52 @@ type CallStart struct {
 
 // Limits are the resource caps a call ran under.
 type Limits struct {
-	MemoryBytes int64         `json:"memory_bytes"`
-	Pids        int64         `json:"pids"`
-	CPUs        float64       `json:"cpus"`
-	WallTime    time.Duration `json:"wall_time_ns"`
-	OutputBytes int64         `json:"output_bytes"`
-	TmpBytes    int64         `json:"tmp_bytes"`
+	MemoryBytes int64         `json:"memory_bytes"` // memory cap
+	Pids        int64         `json:"pids"`         // process cap
+	CPUs        float64       `json:"cpus"`         // CPU quota in CPUs
+	WallTime    time.Duration `json:"wall_time_ns"` // wall-time cap
+	OutputBytes int64         `json:"output_bytes"` // stdout+stderr cap
+	TmpBytes    int64         `json:"tmp_bytes"`    // size of the private /tmp
 }
 
 // CallRecord is the summary of one finished call.
 type CallRecord struct {
 	CallStart
-	End          time.Time         `json:"end"`
-	ExitStatus   int               `json:"exit_status"` // what berm run exits with: the code, or 128+signal
-	ExitCode     int               `json:"exit_code"`
-	ExitSignal   int               `json:"exit_signal,omitempty"`
-	EndReason    EndReason         `json:"end_reason"`
-	EndDetail    string            `json:"end_detail,omitempty"`
-	Limits       Limits            `json:"limits"`
-	CPUTimeNs    uint64            `json:"cpu_time_ns"`
-	PeakMemory   uint64            `json:"peak_memory_bytes"`
-	OutputBytes  int64             `json:"output_bytes"`
-	Syscalls     map[string]uint64 `json:"syscalls"` // name -> count, aggregated in the kernel
-	SyscallTotal uint64            `json:"syscall_total"`
-	Counts       Counts            `json:"counts"`
-	Denials      map[string]uint64 `json:"denials"` // surface -> count
-	Dropped      Drop              `json:"dropped"`
-	Events       uint64            `json:"events"` // events recorded for the call
+	End          time.Time         `json:"end"`                   // when the call ended
+	ExitStatus   int               `json:"exit_status"`           // what berm run exits with: the code, or 128+signal
+	ExitCode     int               `json:"exit_code"`             // the tool's exit code
+	ExitSignal   int               `json:"exit_signal,omitempty"` // the signal that killed the tool
+	EndReason    EndReason         `json:"end_reason"`            // why the call ended
+	EndDetail    string            `json:"end_detail,omitempty"`  // more on the end, in words
+	Limits       Limits            `json:"limits"`                // the caps the call ran under
+	CPUTimeNs    uint64            `json:"cpu_time_ns"`           // CPU time of the call's cgroup
+	PeakMemory   uint64            `json:"peak_memory_bytes"`     // peak memory of the call's cgroup
+	OutputBytes  int64             `json:"output_bytes"`          // stdout+stderr the tool wrote
+	Syscalls     map[string]uint64 `json:"syscalls"`              // name -> count, aggregated in the kernel
+	SyscallTotal uint64            `json:"syscall_total"`         // syscalls of the call, all of them
+	Counts       Counts            `json:"counts"`                // events per kind
+	Denials      map[string]uint64 `json:"denials"`               // surface -> count
+	Dropped      Drop              `json:"dropped"`               // events lost, and where
+	Events       uint64            `json:"events"`                // events recorded for the call
 	// Aggregated are events past the call's event budget, recorded as counts per kind and
 	// object (aggregate events) instead of one by one.
-	Aggregated uint64 `json:"aggregated,omitempty"`
-	// Complete says every event the kernel produced for the call is in its trail (one by one
-	// or aggregated); IncompleteReason says what is missing when it is not.
-	Complete         bool   `json:"complete"`
-	IncompleteReason string `json:"incomplete_reason,omitempty"`
+	Aggregated uint64 `json:"aggregated,omitempty" ch:"aggregated"`
+	// Complete is true when the trail holds every event the kernel produced for the call;
+	// IncompleteReason says otherwise what is missing and why.
+	Complete         bool   `json:"complete" ch:"complete"`
+	IncompleteReason string `json:"incomplete_reason,omitempty" ch:"incomplete_reason"` // what is missing, and why
 }
 
 // Counts are per-kind event totals of the call.
 type Counts struct {
-	Exec    uint64 `json:"exec"`
-	Fork    uint64 `json:"fork"`
-	Exit    uint64 `json:"exit"`
-	Open    uint64 `json:"open"`
-	Connect uint64 `json:"connect"`
-	Syscall uint64 `json:"syscall"`
-	Denial  uint64 `json:"denial"`
-	Alert   uint64 `json:"alert"`
+	Exec    uint64 `json:"exec"`    // exec events
+	Fork    uint64 `json:"fork"`    // fork events
+	Exit    uint64 `json:"exit"`    // exit events
+	Open    uint64 `json:"open"`    // open events
+	Connect uint64 `json:"connect"` // connect events
+	Syscall uint64 `json:"syscall"` // syscall events
+	Denial  uint64 `json:"denial"`  // denial events
+	Alert   uint64 `json:"alert"`   // alerts
 }
 
 // Add counts e in c.

@@ -22,36 +22,48 @@ const (
 	KindAlert   Kind = "alert"  // a detection rule fired
 	KindDrop    Kind = "drop"   // events of the call were lost; Drop says how many and where
 	KindLimit   Kind = "limit"  // the call hit a resource cap; Limit says which
+	KindReload  Kind = "reload" // the policy was reloaded while the call ran (or a reload was refused)
 	// KindAggregate stands for events past the call's event budget: counted per kind and
 	// object instead of recorded one by one (they were still judged and seen by the rules).
 	KindAggregate Kind = "aggregate"
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindAggregate}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindAggregate}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
+//
+// These types are the one definition of the event schema: collector/internal/schemagen reads
+// them (`go generate ./collector`) and writes the collector's scanner, its ClickHouse rows,
+// the DDL migrations for new columns and FIELDS.md. The ch tag maps a member to a ClickHouse
+// column: on Event, every member is a column of the events table named after its JSON name
+// unless tagged ch:"-"; on a part, only tagged members are, into the table's shared columns
+// (path, result, ...), filled from the first part that is set. Options after the name: lc
+// (LowCardinality in the modern dialect), ip (an address: the addr column when it parses as
+// one, else path), table (a part that has a table of its own, alerts). A part's members are
+// written, and scanned, in declaration order: the first one must not be omitempty.
 type Event struct {
-	CallID string    `json:"call_id"`
-	Seq    uint64    `json:"seq"` // order within the call, from 1; (CallID, Seq) identifies the event
-	Time   time.Time `json:"time"`
-	Kind   Kind      `json:"kind"`
-	Tool   string    `json:"tool,omitempty"`
-	Tenant string    `json:"tenant,omitempty"`
+	CallID string    `json:"call_id"`                   // the call the event belongs to, as its caller named it
+	Seq    uint64    `json:"seq"`                       // order within the call, from 1; (CallID, Seq) identifies the event
+	Time   time.Time `json:"time"`                      // when the kernel (or the agent) saw it, to the nanosecond
+	Kind   Kind      `json:"kind" ch:",lc"`             // what the event is about: names its one part
+	Tool   string    `json:"tool,omitempty" ch:",lc"`   // the tool the call ran
+	Tenant string    `json:"tenant,omitempty" ch:",lc"` // the tenant the call ran for
 
-	PID  uint32 `json:"pid,omitempty"`  // host tgid
-	TID  uint32 `json:"tid,omitempty"`  // host tid
-	PPID uint32 `json:"ppid,omitempty"` // host tgid of the real parent
-	UID  uint32 `json:"uid"`
-	Comm string `json:"comm,omitempty"`
-	// Phase is "setup" for berm's own sandbox set-up (the sandbox init), empty for the tool's
-	// events. Set-up events are kept out of the record's counts and the default timeline.
-	Phase string `json:"phase,omitempty"`
-	// Exe is the file the process last executed, ParentExe its parent's: the agent keeps each
-	// call's process tree so that every event says which program did it.
-	Exe       string `json:"exe,omitempty"`
-	ParentExe string `json:"parent_exe,omitempty"`
+	PID  uint32 `json:"pid,omitempty"`           // host tgid
+	TID  uint32 `json:"tid,omitempty"`           // host tid
+	PPID uint32 `json:"ppid,omitempty"`          // host tgid of the real parent
+	UID  uint32 `json:"uid"`                     // host real uid of the process
+	Comm string `json:"comm,omitempty" ch:",lc"` // the kernel's task name (comm, 15 bytes)
+	// Exe is the file the process last executed: the agent keeps each call's process tree so
+	// that every event says which program did it.
+	Exe       string `json:"exe,omitempty" ch:",lc"`
+	ParentExe string `json:"parent_exe,omitempty" ch:",lc"` // the file the parent process last executed
+	// Phase is "setup" (PhaseSetup) for events of berm's own sandbox set-up (the sandbox init);
+	// empty for the tool's own. Set-up events are kept out of the record's counts and the
+	// default timeline.
+	Phase string `json:"phase,omitempty" ch:",lc"`
 
 	Exec    *Exec    `json:"exec,omitempty"`
 	Fork    *Fork    `json:"fork,omitempty"`
@@ -60,9 +72,10 @@ type Event struct {
 	Connect *Connect `json:"connect,omitempty"`
 	Syscall *Syscall `json:"syscall,omitempty"`
 	Denial  *Denial  `json:"denial,omitempty"`
-	Alert   *Alert   `json:"alert,omitempty"`
+	Alert   *Alert   `json:"alert,omitempty" ch:",table"`
 	Drop    *Drop    `json:"drop,omitempty"`
 	Limit   *Limit   `json:"limit,omitempty"`
+	Reload  *Reload  `json:"reload,omitempty"`
 
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
 }
@@ -70,10 +83,12 @@ type Event struct {
 // ID is the event's stable identity, the same wherever the event is stored.
 func (e *Event) ID() string { return fmt.Sprintf("%s/%d", e.CallID, e.Seq) }
 
+// Exec is a successful execve or execveat.
 type Exec struct {
-	Filename  string   `json:"filename"` // as passed to execve
-	Argv      []string `json:"argv"`
+	Filename  string   `json:"filename" ch:"path"`  // as passed to execve
+	Argv      []string `json:"argv"`                // the arguments, as far as the kernel buffer holds them
 	Truncated bool     `json:"truncated,omitempty"` // argv was longer than the kernel buffer
+	ArgsLen   uint32   `json:"args_len,omitempty"`  // full length of argv in bytes when Truncated
 	Mode      uint32   `json:"mode"`                // file mode of the executable (S_ISUID = 0o4000)
 	Setuid    bool     `json:"setuid,omitempty"`    // the file has the setuid or setgid bit
 	Deleted   bool     `json:"deleted,omitempty"`   // the file had no links (deleted, or a memfd)
@@ -81,61 +96,75 @@ type Exec struct {
 	EUID      uint32   `json:"euid"`                // effective uid after the exec
 }
 
+// Fork is a new process of the call.
 type Fork struct {
-	ChildPID uint32 `json:"child_pid"`
+	ChildPID uint32 `json:"child_pid"` // host tgid of the new process
 }
 
+// Exit is a process of the call ending.
 type Exit struct {
-	Code   int `json:"code"`             // exit status when Signal is 0
+	Code   int `json:"code" ch:"result"` // exit status when Signal is 0
 	Signal int `json:"signal,omitempty"` // terminating signal
 }
 
+// Open is an open, openat or openat2.
 type Open struct {
-	Path   string `json:"path"` // as the process gave it
-	Dirfd  int32  `json:"dirfd"`
-	Flags  uint32 `json:"flags"`
-	Mode   uint32 `json:"mode,omitempty"`
-	Result int64  `json:"result"` // fd, or -errno
-	Errno  string `json:"errno,omitempty"`
+	Path   string `json:"path" ch:"path"`                // as the process gave it
+	Dirfd  int32  `json:"dirfd"`                         // the directory fd a relative Path is resolved against (-100: the cwd)
+	Flags  uint32 `json:"flags"`                         // open flags (O_RDONLY, O_CREAT, ...)
+	Mode   uint32 `json:"mode,omitempty"`                // permission bits of a created file
+	Result int64  `json:"result" ch:"result"`            // fd, or -errno
+	Errno  string `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
+	// PathTruncated is set when Path was longer than the kernel's buffer.
+	PathTruncated bool   `json:"path_truncated,omitempty"`
+	PathLen       uint32 `json:"path_len,omitempty"` // the full length of Path in bytes when PathTruncated
+	// PathSource says where Path comes from: "kernel" (resolved from the opened file by the
+	// kernel) or "user" (read from the caller's memory, which the caller can rewrite).
+	PathSource string `json:"path_source,omitempty"`
+	// ResolvedPath is the absolute path of the opened file, resolved against the caller's cwd
+	// or dirfd.
+	ResolvedPath string `json:"resolved_path,omitempty"`
 }
 
+// Connect is a connect on a socket.
 type Connect struct {
-	Family string `json:"family"` // inet, inet6, unix, or the number
-	Addr   string `json:"addr"`   // IP address or unix socket path
-	Port   uint16 `json:"port,omitempty"`
-	Result int64  `json:"result"`
-	Errno  string `json:"errno,omitempty"`
+	Family string `json:"family"`                        // inet, inet6, unix, or the number
+	Addr   string `json:"addr" ch:"addr,ip"`             // IP address or unix socket path
+	Port   uint16 `json:"port,omitempty" ch:"port"`      // the port, for inet and inet6
+	Result int64  `json:"result" ch:"result"`            // 0, or -errno
+	Errno  string `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
 }
 
+// Syscall is a traced syscall other than the ones with a part of their own.
 type Syscall struct {
-	Nr     uint32    `json:"nr"`
-	Name   string    `json:"name"`
-	Args   [6]uint64 `json:"args"`
-	Path   string    `json:"path,omitempty"`  // the path argument, for syscalls that take one
-	Path2  string    `json:"path2,omitempty"` // second path: rename/link destination, mount source
-	Result int64     `json:"result"`
-	Errno  string    `json:"errno,omitempty"`
+	Nr     uint32    `json:"nr"`                            // the x86-64 syscall number
+	Name   string    `json:"name" ch:"syscall,lc"`          // the syscall's name
+	Args   [6]uint64 `json:"args"`                          // the raw arguments
+	Path   string    `json:"path,omitempty" ch:"path"`      // the path argument, for syscalls that take one
+	Path2  string    `json:"path2,omitempty"`               // second path: rename/link destination, mount source
+	Result int64     `json:"result" ch:"result"`            // the return value, or -errno
+	Errno  string    `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
 }
 
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode
 // and the action was allowed but would have been refused.
 type Denial struct {
-	Layer   string `json:"layer"`   // landlock, seccomp, bpf-cgroup, bpf-lsm, mount, ...
-	Surface string `json:"surface"` // isolation, resource, policy, credential, approval, observability
-	Rule    string `json:"rule"`    // what fired
-	Object  string `json:"object"`  // path, address or syscall
-	Audit   bool   `json:"audit,omitempty"`
+	Layer   string `json:"layer"`             // landlock, seccomp, bpf-cgroup, bpf-lsm, mount, ...
+	Surface string `json:"surface"`           // isolation, resource, policy, credential, approval, observability
+	Rule    string `json:"rule" ch:"rule,lc"` // what fired
+	Object  string `json:"object" ch:"path"`  // path, address or syscall
+	Audit   bool   `json:"audit,omitempty"`   // audit mode: allowed, but would have been refused
 }
 
 // Alert is a detection rule that matched an event of the call.
 type Alert struct {
-	RuleID    string   `json:"rule_id"`
-	Title     string   `json:"title"`
-	Severity  string   `json:"severity"`
-	Surface   string   `json:"surface"`
-	Technique []string `json:"technique,omitempty"` // MITRE ATT&CK ids
-	Output    string   `json:"output"`
-	EventSeq  uint64   `json:"event_seq"` // the event that triggered it
+	RuleID    string   `json:"rule_id" ch:"rule,lc"` // the rule's id
+	Title     string   `json:"title"`                // the rule's title
+	Severity  string   `json:"severity"`             // info, low, medium, high, critical
+	Surface   string   `json:"surface"`              // the surface the rule guards
+	Technique []string `json:"technique,omitempty"`  // MITRE ATT&CK ids
+	Output    string   `json:"output"`               // the rule's output, filled from the event
+	EventSeq  uint64   `json:"event_seq"`            // the event that triggered it
 }
 
 // Drop reports events of the call that were lost, and where.
@@ -146,19 +175,28 @@ type Drop struct {
 
 // Limit is a resource cap the call hit.
 type Limit struct {
-	Resource string `json:"resource"` // Resource* names
-	Limit    int64  `json:"limit"`
-	Detail   string `json:"detail,omitempty"`
+	Resource string `json:"resource"`         // Resource* names: memory, pids, wall_time, output, tmp
+	Limit    int64  `json:"limit"`            // the cap (bytes, processes, nanoseconds)
+	Detail   string `json:"detail,omitempty"` // what happened at the cap
+}
+
+// Reload is a policy hot reload during the call: applied (Detail says what changed) or
+// refused (Detail says why; the previous policy stays in force).
+type Reload struct {
+	Surface    string `json:"surface"`          // the part of the policy reloaded: network, ...
+	Applied    bool   `json:"applied"`          // false when the reload was refused
+	Detail     string `json:"detail,omitempty"` // what changed, or why it was refused
+	Generation uint64 `json:"generation"`       // reloads applied so far in the call, this one included
 }
 
 // Aggregate counts a call's events of one kind and object past its event budget.
 type Aggregate struct {
-	Kind   Kind   `json:"kind"`
+	Kind   Kind   `json:"kind"`             // the kind of the events counted
 	Object string `json:"object"`           // path, address, syscall name; "(other)" past the key bound
 	Count  uint64 `json:"count"`            // events aggregated
 	Failed uint64 `json:"failed,omitempty"` // of which returned an error
-	First  uint64 `json:"first_seq"`        // sequence number of the first and last of them
-	Last   uint64 `json:"last_seq"`
+	First  uint64 `json:"first_seq"`        // sequence number of the first of them
+	Last   uint64 `json:"last_seq"`         // sequence number of the last of them
 }
 
 // PhaseSetup marks events of berm's own sandbox set-up.

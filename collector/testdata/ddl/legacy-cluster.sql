@@ -119,3 +119,23 @@ ENGINE = Distributed(berm, berm, events_local, cityHash64(call_id));
 
 CREATE TABLE IF NOT EXISTS berm.alerts AS berm.alerts_local
 ENGINE = Distributed(berm, berm, alerts_local, cityHash64(call_id));
+
+-- migration 0002 add_complete_incomplete_reason_phase
+
+ALTER TABLE berm.calls_local ADD COLUMN complete UInt8;
+
+ALTER TABLE berm.calls_local ADD COLUMN incomplete_reason String;
+
+ALTER TABLE berm.events_local ADD COLUMN phase String;
+
+ALTER TABLE berm.calls ADD COLUMN complete UInt8;
+
+ALTER TABLE berm.calls ADD COLUMN incomplete_reason String;
+
+ALTER TABLE berm.events ADD COLUMN phase String;
+
+-- migration 0003 add_aggregated
+
+ALTER TABLE berm.calls_local ADD COLUMN aggregated UInt64;
+
+ALTER TABLE berm.calls ADD COLUMN aggregated UInt64;

@@ -107,3 +107,15 @@ CREATE TABLE IF NOT EXISTS berm.alerts (
 ) ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(time)
 ORDER BY (tenant, time, call_id, seq);
+
+-- migration 0002 add_complete_incomplete_reason_phase
+
+ALTER TABLE berm.calls ADD COLUMN complete UInt8;
+
+ALTER TABLE berm.calls ADD COLUMN incomplete_reason String;
+
+ALTER TABLE berm.events ADD COLUMN phase String;
+
+-- migration 0003 add_aggregated
+
+ALTER TABLE berm.calls ADD COLUMN aggregated UInt64;

@@ -118,3 +118,23 @@ ENGINE = Distributed(berm, berm, events_local, cityHash64(call_id));
 
 CREATE TABLE IF NOT EXISTS berm.alerts ON CLUSTER berm AS berm.alerts_local
 ENGINE = Distributed(berm, berm, alerts_local, cityHash64(call_id));
+
+-- migration 0002 add_complete_incomplete_reason_phase
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS complete UInt8;
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS incomplete_reason String;
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS phase LowCardinality(String);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS complete UInt8;
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS incomplete_reason String;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS phase LowCardinality(String);
+
+-- migration 0003 add_aggregated
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS aggregated UInt64;
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS aggregated UInt64;

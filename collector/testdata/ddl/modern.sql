@@ -106,3 +106,15 @@ CREATE TABLE IF NOT EXISTS berm.alerts (
 PARTITION BY toYYYYMM(time)
 ORDER BY (tenant, time, call_id, seq)
 TTL toDateTime(time) + INTERVAL 90 DAY;
+
+-- migration 0002 add_complete_incomplete_reason_phase
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS complete UInt8;
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS incomplete_reason String;
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS phase LowCardinality(String);
+
+-- migration 0003 add_aggregated
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS aggregated UInt64;
