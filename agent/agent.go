@@ -5,6 +5,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +31,8 @@ import (
 // Evaluator is a subscriber that derives events from events (the rules engine).
 type Evaluator interface {
 	Eval(ev *event.Event) []event.Event
-	EndCall(callID string)
+	// EndCall drops what it keeps for the call (by event.Event.Key).
+	EndCall(callKey string)
 }
 
 // Config configures an agent.
@@ -259,6 +262,7 @@ const DefaultEventBudget = 200_000
 func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	traced := opts.Traced
 	start.Layers = append(append([]string(nil), start.Layers...), a.layers...)
+	start.CallKey = newCallKey()
 	a.mu.Lock()
 	slot := -1
 	for i, used := range a.slots {
@@ -501,7 +505,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 		errs = append(errs, err)
 	}
 	if r := a.rules.Load(); r != nil {
-		(*r).EndCall(c.Start.CallID)
+		(*r).EndCall(c.Start.CallKey)
 	}
 	if res.Populated {
 		a.m.lingering.Inc()
@@ -579,7 +583,7 @@ func (a *Agent) appendLast(c *Call, ev event.Event) { a.record(c, &ev) }
 func (a *Agent) record(c *Call, ev *event.Event) {
 	c.seq++
 	ev.Seq = c.seq
-	ev.CallID, ev.Tool, ev.Tenant = c.Start.CallID, c.Start.Tool, c.Start.Tenant
+	ev.CallID, ev.CallKey, ev.Tool, ev.Tenant = c.Start.CallID, c.Start.CallKey, c.Start.Tool, c.Start.Tenant
 	a.m.events.WithLabelValues(string(ev.Kind)).Inc()
 	if ev.Phase != event.PhaseSetup {
 		c.counts.Add(ev)
@@ -665,4 +669,14 @@ func (a *Agent) freeSlot(c *Call) {
 	a.mu.Lock()
 	a.slots[c.slot] = false
 	a.mu.Unlock()
+}
+
+// newCallKey is a call's unique identity: 128 random bits, so no two calls share one, whatever
+// node, tenant or id they have.
+func newCallKey() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("agent: no randomness for a call key: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
 }

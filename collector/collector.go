@@ -395,10 +395,14 @@ type tableRows struct {
 
 func (c *Collector) insertBatch(ctx context.Context, conn driver.Conn, o SchemaOptions, b *batch, replay bool) error {
 	tables := []tableRows{
-		{"call_starts", b.starts.columns(o.Dialect), func() []string { return b.starts.callID }},
-		{"calls", b.calls.columns(o.Dialect), func() []string { return b.calls.callID }},
-		{"events", b.events.columns(o.Dialect), func() []string { return eventKeys(b.events.callID, b.events.seq) }},
-		{"alerts", b.alerts.columns(o.Dialect), func() []string { return eventKeys(b.alerts.callID, b.alerts.seq) }},
+		{"call_starts", b.starts.columns(o.Dialect), func() []string { return callKeys(b.starts.callKey, b.starts.tenant, b.starts.callID, nil) }},
+		{"calls", b.calls.columns(o.Dialect), func() []string { return callKeys(b.calls.callKey, b.calls.tenant, b.calls.callID, nil) }},
+		{"events", b.events.columns(o.Dialect), func() []string {
+			return callKeys(b.events.callKey, b.events.tenant, b.events.callID, b.events.seq)
+		}},
+		{"alerts", b.alerts.columns(o.Dialect), func() []string {
+			return callKeys(b.alerts.callKey, b.alerts.tenant, b.alerts.callID, b.alerts.seq)
+		}},
 	}
 	block := insertBlock
 	if o.Cluster != "" {
@@ -459,12 +463,25 @@ func stringColumn(cols []column, name string) ([]string, bool) {
 	return nil, false
 }
 
-func eventKeys(callIDs []string, seqs []uint64) []string {
+// callKeys are rows' identities for the replay check: the call's key (its tenant and id for
+// rows made before calls had keys) and, for events and alerts, the event's sequence number.
+// A caller's id alone would let one tenant's rows pass for another's.
+func callKeys(callKeys, tenants, callIDs []string, seqs []uint64) []string {
 	keys := make([]string, len(callIDs))
 	for i := range callIDs {
-		keys[i] = fmt.Sprintf("%s/%d", callIDs[i], seqs[i])
+		keys[i] = rowKey(callKeys[i], tenants[i], callIDs[i])
+		if seqs != nil {
+			keys[i] += fmt.Sprintf("/%d", seqs[i])
+		}
 	}
 	return keys
+}
+
+func rowKey(callKey, tenant, callID string) string {
+	if callKey != "" {
+		return callKey
+	}
+	return tenant + "/" + callID
 }
 
 // missing finds which of a replayed batch's rows ClickHouse already has; keep marks the
@@ -480,24 +497,27 @@ func (c *Collector) missing(ctx context.Context, conn driver.Conn, o SchemaOptio
 		part := ids[i:min(i+chunk, len(ids))]
 		where := fmt.Sprintf("tenant IN (%s) AND tool IN (%s) AND call_id IN (%s)",
 			quoteList(distinct(tenants)), quoteList(distinct(tools)), quoteList(part))
-		q := "SELECT call_id FROM " + o.Table(table) + " WHERE " + where
+		q := "SELECT call_key, tenant, call_id FROM " + o.Table(table) + " WHERE " + where
 		withSeq := table == "events" || table == "alerts"
 		if withSeq {
-			q = "SELECT call_id, seq FROM " + o.Table(table) + " WHERE " + where
+			q = "SELECT call_key, tenant, call_id, seq FROM " + o.Table(table) + " WHERE " + where
 		}
 		rows, err := conn.Query(ctx, q)
 		if err != nil {
 			return nil, 0, fmt.Errorf("check replayed rows in %s: %w", table, err)
 		}
 		for rows.Next() {
-			var id string
+			var key, tenant, callID string
 			var seq uint64
 			var err error
 			if withSeq {
-				err = rows.Scan(&id, &seq)
-				id = fmt.Sprintf("%s/%d", id, seq)
+				err = rows.Scan(&key, &tenant, &callID, &seq)
 			} else {
-				err = rows.Scan(&id)
+				err = rows.Scan(&key, &tenant, &callID)
+			}
+			id := rowKey(key, tenant, callID)
+			if withSeq {
+				id = fmt.Sprintf("%s/%d", id, seq)
 			}
 			if err != nil {
 				rows.Close()

@@ -37,6 +37,7 @@ func resize[T any](s []T, n int) []T {
 // alertRows are the alerts table's rows.
 type alertRows struct {
 	tenant, tool, callID []string
+	callKey              []string
 	seq                  []uint64
 	time                 []time.Time
 	timeNs               []uint32
@@ -58,6 +59,7 @@ func (r *alertRows) add(e *eventRow) {
 	r.tenant = append(r.tenant, e.tenant)
 	r.tool = append(r.tool, e.tool)
 	r.callID = append(r.callID, e.callID)
+	r.callKey = append(r.callKey, e.callKey)
 	r.seq = append(r.seq, e.seq)
 	r.time = append(r.time, e.time)
 	r.timeNs = append(r.timeNs, uint32(e.time.Nanosecond()))
@@ -80,7 +82,7 @@ func (r *alertRows) columns(d Dialect) []column {
 	return append(cols,
 		column{"rule_id", r.ruleID}, column{"title", r.title}, column{"severity", r.severity},
 		column{"surface", r.surface}, column{"technique", r.technique}, column{"output", r.output},
-		column{"event_seq", r.eventSeq},
+		column{"event_seq", r.eventSeq}, column{"call_key", r.callKey},
 	)
 }
 
@@ -88,6 +90,7 @@ func (r *alertRows) columns(d Dialect) []column {
 // that a call read back from ClickHouse is exactly the call read from the journal.
 type startRows struct {
 	tenant, tool, callID []string
+	callKey              []string
 	start                []time.Time
 	startNs              []uint32
 	node, policy, hash   []string
@@ -110,6 +113,7 @@ func (r *startRows) add(s *event.CallStart, raw string) {
 	r.tenant = append(r.tenant, s.Tenant)
 	r.tool = append(r.tool, s.Tool)
 	r.callID = append(r.callID, s.CallID)
+	r.callKey = append(r.callKey, s.CallKey)
 	r.start = append(r.start, t)
 	r.startNs = append(r.startNs, uint32(t.Nanosecond()))
 	r.node = append(r.node, s.Node)
@@ -129,13 +133,13 @@ func (r *startRows) columns(d Dialect) []column {
 	return append(cols,
 		column{"node", r.node}, column{"policy", r.policy}, column{"policy_hash", r.hash},
 		column{"cgroup_id", r.cgroupID}, column{"argv", r.argv}, column{"layers", r.layers},
-		column{"raw", r.raw},
+		column{"raw", r.raw}, column{"call_key", r.callKey},
 	)
 }
 
 // callRows are the calls table's rows: one per call record.
 type callRows struct {
-	tenant, tool, callID               []string
+	tenant, tool, callID, callKey      []string
 	start, end                         []time.Time
 	startNs, endNs                     []uint32
 	duration                           []int64
@@ -173,6 +177,7 @@ func (r *callRows) add(c *event.CallRecord, raw string) {
 	r.tenant = append(r.tenant, c.Tenant)
 	r.tool = append(r.tool, c.Tool)
 	r.callID = append(r.callID, c.CallID)
+	r.callKey = append(r.callKey, c.CallKey)
 	r.start = append(r.start, start)
 	r.startNs = append(r.startNs, uint32(start.Nanosecond()))
 	r.end = append(r.end, end)
@@ -226,6 +231,6 @@ func (r *callRows) columns(d Dialect) []column {
 		column{"syscall_counts", r.syscallCounts}, column{"denial_surfaces", r.denialSurfaces},
 		column{"denial_counts", r.denialCounts}, column{"events", r.events},
 		column{"alerts", r.alerts}, column{"dropped_kernel", r.dropKern},
-		column{"dropped_user", r.dropUser}, column{"raw", r.raw},
+		column{"dropped_user", r.dropUser}, column{"raw", r.raw}, column{"call_key", r.callKey},
 	), r.callColumns.columns()...)
 }

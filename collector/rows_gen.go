@@ -49,6 +49,7 @@ func (p parts) setOn(e *event.Event) {
 // table) stores it: decoding makes these on several goroutines, batches add them in journal order.
 type eventRow struct {
 	callID    string
+	callKey   string
 	seq       uint64
 	time      time.Time // UTC
 	kind      string
@@ -78,6 +79,7 @@ type eventRow struct {
 func rowOf(e *event.Event, detail string) eventRow {
 	r := eventRow{
 		callID:    e.CallID,
+		callKey:   e.CallKey,
 		seq:       e.Seq,
 		time:      e.Time.UTC(),
 		kind:      string(e.Kind),
@@ -132,6 +134,7 @@ func rowOf(e *event.Event, detail string) eventRow {
 // slice per column far faster than row by row).
 type eventRows struct {
 	callID    []string
+	callKey   []string
 	seq       []uint64
 	time      []time.Time
 	timeNs    []uint32 // legacy: nanoseconds within the second
@@ -160,6 +163,7 @@ func (r *eventRows) len() int { return len(r.callID) }
 
 func (r *eventRows) add(e *eventRow) {
 	r.callID = append(r.callID, e.callID)
+	r.callKey = append(r.callKey, e.callKey)
 	r.seq = append(r.seq, e.seq)
 	r.time = append(r.time, e.time)
 	r.timeNs = append(r.timeNs, uint32(e.time.Nanosecond()))
@@ -185,8 +189,9 @@ func (r *eventRows) add(e *eventRow) {
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 23)
+	cols := make([]column, 0, 24)
 	cols = append(cols, column{"call_id", r.callID})
+	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
 	cols = append(cols, column{"time", r.time})
 	if d == Legacy {
@@ -217,6 +222,7 @@ func (r *eventRows) columns(d Dialect) []column {
 // few batches instead of growing new slices for every one.
 func (r *eventRows) reset(n int) {
 	r.callID = resize(r.callID, n)
+	r.callKey = resize(r.callKey, n)
 	r.seq = resize(r.seq, n)
 	r.time = resize(r.time, n)
 	r.timeNs = resize(r.timeNs, n)
@@ -243,10 +249,10 @@ func (r *eventRows) reset(n int) {
 
 // eventReadColumns are Event's own columns that read back into its members as they stand
 // (CHSource reads call_id, time and kind its own way); eventReadTargets are those members.
-var eventReadColumns = []string{"seq", "tool", "tenant", "pid", "tid", "ppid", "uid", "comm", "exe", "parent_exe", "phase"}
+var eventReadColumns = []string{"call_key", "seq", "tool", "tenant", "pid", "tid", "ppid", "uid", "comm", "exe", "parent_exe", "phase"}
 
 func eventReadTargets(e *event.Event) []any {
-	return []any{&e.Seq, &e.Tool, &e.Tenant, &e.PID, &e.TID, &e.PPID, &e.UID, &e.Comm, &e.Exe, &e.ParentExe, &e.Phase}
+	return []any{&e.CallKey, &e.Seq, &e.Tool, &e.Tenant, &e.PID, &e.TID, &e.PPID, &e.UID, &e.Comm, &e.Exe, &e.ParentExe, &e.Phase}
 }
 
 // callColumns are the calls table's columns that CallRecord's ch tags map one to one.

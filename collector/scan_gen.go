@@ -27,6 +27,9 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	x := e
 	sc.need(`{"call_id":`)
 	x.CallID = sc.str()
+	if sc.has(`,"call_key":`) {
+		x.CallKey = sc.nonEmpty()
+	}
 	sc.need(`,"seq":`)
 	x.Seq = sc.uint64()
 	sc.need(`,"time":`)

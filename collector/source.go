@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -82,7 +83,7 @@ func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 		if err != nil {
 			return nil, err
 		}
-		records[r.CallID] = r
+		records[r.Key()] = r
 	}
 	var out []audit.Call
 	seen := map[string]bool{}
@@ -91,11 +92,11 @@ func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 		if err := json.Unmarshal([]byte(raw), &st); err != nil {
 			return nil, fmt.Errorf("decode call start from clickhouse: %w", err)
 		}
-		if !f.Match(&st) || seen[st.CallID] {
+		if !f.Match(&st) || seen[st.Key()] {
 			continue
 		}
-		seen[st.CallID] = true
-		out = append(out, audit.Call{Start: st, Record: records[st.CallID]})
+		seen[st.Key()] = true
+		out = append(out, audit.Call{Start: st, Record: records[st.Key()]})
 	}
 	sort.SliceStable(out, func(a, b int) bool { return out[a].Start.Start.Before(out[b].Start.Start) })
 	return out, nil
@@ -135,38 +136,59 @@ func (s *CHSource) raws(ctx context.Context, table, where string) ([]string, err
 	return out, nil
 }
 
-// Timeline returns one call and its events in order.
-func (s *CHSource) Timeline(callID string) (*audit.Call, []event.Event, error) {
+// Timeline returns one call and its events in order. id is the call's key, or the id its
+// caller gave it (optionally TENANT/ID) when that names one call only.
+func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	starts, err := s.raws(ctx, "call_starts", "call_id = "+quote(callID))
+	where := "call_key = " + quote(id) + " OR call_id = " + quote(id)
+	if tenant, callID, ok := strings.Cut(id, "/"); ok {
+		where += " OR (tenant = " + quote(tenant) + " AND call_id = " + quote(callID) + ")"
+	}
+	starts, err := s.raws(ctx, "call_starts", where)
 	if err != nil {
 		return nil, nil, err
-	}
-	if len(starts) == 0 {
-		return nil, nil, fmt.Errorf("call %q: %w", callID, audit.ErrNoCall)
 	}
 	call := &audit.Call{}
-	if err := json.Unmarshal([]byte(starts[len(starts)-1]), &call.Start); err != nil {
-		return nil, nil, fmt.Errorf("decode call start from clickhouse: %w", err)
+	var keys []string
+	for _, raw := range starts {
+		var st event.CallStart
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, nil, fmt.Errorf("decode call start from clickhouse: %w", err)
+		}
+		if !slices.Contains(keys, st.Key()) {
+			keys = append(keys, st.Key())
+			call.Start = st
+		}
 	}
-	ends, err := s.raws(ctx, "calls", "call_id = "+quote(callID))
+	switch {
+	case len(keys) == 0:
+		return nil, nil, fmt.Errorf("call %q: %w", id, audit.ErrNoCall)
+	case len(keys) > 1:
+		return nil, nil, fmt.Errorf("call %q: %w (call keys %s): name one by its key or as TENANT/ID", id, audit.ErrAmbiguous, strings.Join(keys, ", "))
+	}
+	callID := call.Start.CallID
+	ends, err := s.raws(ctx, "calls", "tenant = "+quote(call.Start.Tenant)+" AND call_id = "+quote(callID))
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(ends) > 0 {
-		if call.Record, err = decodeCallRecord(ends[len(ends)-1]); err != nil {
+	for _, raw := range ends {
+		r, err := decodeCallRecord(raw)
+		if err != nil {
 			return nil, nil, err
 		}
+		if r.Key() == call.Start.Key() {
+			call.Record = r
+		}
 	}
-	evs, err := s.events(ctx, call.Start.Tenant, call.Start.Tool, callID)
+	evs, err := s.events(ctx, call.Start.Tenant, call.Start.Tool, callID, call.Start.CallKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	return call, evs, nil
 }
 
-func (s *CHSource) events(ctx context.Context, tenant, tool, callID string) ([]event.Event, error) {
+func (s *CHSource) events(ctx context.Context, tenant, tool, callID, callKey string) ([]event.Event, error) {
 	timeCols := "time"
 	if s.o.Dialect == Legacy {
 		timeCols = "toUInt32(time), time_ns"
@@ -174,8 +196,8 @@ func (s *CHSource) events(ctx context.Context, tenant, tool, callID string) ([]e
 	// Events may carry their call's tenant and tool or leave them empty; either way the
 	// primary key (tenant, tool, call_id, ...) narrows the read.
 	q := "SELECT " + timeCols + ", kind, " + strings.Join(eventReadColumns, ", ") + ", detail FROM " +
-		s.o.Table("events") + fmt.Sprintf(" WHERE tenant IN (%s, '') AND tool IN (%s, '') AND call_id = %s ORDER BY seq",
-		quote(tenant), quote(tool), quote(callID))
+		s.o.Table("events") + fmt.Sprintf(" WHERE tenant IN (%s, '') AND tool IN (%s, '') AND call_id = %s AND call_key = %s ORDER BY seq",
+		quote(tenant), quote(tool), quote(callID), quote(callKey))
 	rows, err := s.conn.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("query events: %w", err)

@@ -74,10 +74,10 @@ func (e *Engine) Swap(set *Set) {
 	}
 }
 
-// EndCall drops the state kept for a call.
-func (e *Engine) EndCall(callID string) {
+// EndCall drops the state kept for a call (by event.Event.Key: its call key).
+func (e *Engine) EndCall(callKey string) {
 	e.mu.Lock()
-	delete(e.calls, callID)
+	delete(e.calls, callKey)
 	e.mu.Unlock()
 }
 
@@ -161,10 +161,10 @@ func (e *Engine) matched(r *Rule, ev *event.Event, out []event.Event) []event.Ev
 
 // window counts a match of a windowed rule and says whether the rule fires.
 func (e *Engine) window(r *Rule, ev *event.Event) bool {
-	cs := e.calls[ev.CallID]
+	cs := e.calls[ev.Key()]
 	if cs == nil {
 		cs = &callState{windows: map[winKey]*window{}}
-		e.calls[ev.CallID] = cs
+		e.calls[ev.Key()] = cs
 	}
 	key := winKey{rule: r}
 	if r.by != nil {
@@ -205,7 +205,7 @@ func (e *Engine) window(r *Rule, ev *event.Event) bool {
 
 func (r *Rule) alert(ev *event.Event, act *activation) event.Event {
 	return event.Event{
-		CallID: ev.CallID, Time: ev.Time, Kind: event.KindAlert, Tool: ev.Tool, Tenant: ev.Tenant,
+		CallID: ev.CallID, CallKey: ev.CallKey, Time: ev.Time, Kind: event.KindAlert, Tool: ev.Tool, Tenant: ev.Tenant,
 		PID: ev.PID, TID: ev.TID, PPID: ev.PPID, UID: ev.UID, Comm: ev.Comm, Exe: ev.Exe, ParentExe: ev.ParentExe,
 		Alert: &event.Alert{
 			RuleID: r.ID, Title: r.Title, Severity: r.Severity, Surface: r.Surface,

@@ -61,8 +61,28 @@ func TestAlertEvent(t *testing.T) {
 }
 
 func unlinkEvent(call string, seq uint64, at time.Time) *event.Event {
-	return &event.Event{CallID: call, Seq: seq, Time: at, Kind: event.KindSyscall, UID: 65534,
+	return &event.Event{CallID: call, CallKey: "key-" + call, Seq: seq, Time: at, Kind: event.KindSyscall, UID: 65534,
 		Syscall: &event.Syscall{Name: "unlinkat", Path: "f", Result: 0}}
+}
+
+// Two calls with the same caller id (two tenants, or an id reused) are two calls: their
+// windows are kept by call key, apart.
+func TestWindowPerCallKeyNotCallerID(t *testing.T) {
+	set, err := Shipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := NewEngine(subset(set, "destructive-deletion-storm"), nil)
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 499; i++ {
+		for _, key := range []string{"k1", "k2"} {
+			ev := unlinkEvent("same-id", uint64(i+1), t0.Add(time.Duration(i)*time.Millisecond))
+			ev.CallKey = key
+			if n := len(eng.Eval(ev)); n != 0 {
+				t.Fatalf("two calls' 499 deletions each fired as one call's 998 (at %d)", i)
+			}
+		}
+	}
 }
 
 // Windows count per call, fire once per window, and end with the call.
@@ -93,7 +113,7 @@ func TestWindowPerCall(t *testing.T) {
 		}
 	}
 	// Ending call b drops its 99 counted deletions.
-	eng.EndCall("b")
+	eng.EndCall("key-b")
 	if n := len(eng.Eval(unlinkEvent("b", 500, t0.Add(500*time.Millisecond)))); n != 0 {
 		t.Fatal("call b's window survived EndCall")
 	}

@@ -1,6 +1,7 @@
 package sandboxer_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
@@ -317,5 +319,87 @@ func TestToolInheritsOnlyStdio(t *testing.T) {
 	// 0-2, and the directory listdir itself opened.
 	if got := strings.TrimSpace(string(out)); got != "0 1 2 3" {
 		t.Fatalf("the tool holds files %q, want only 0 1 2 (and listdir's 3)", got)
+	}
+}
+
+// One call id used by two tenants, and again by one of them after its call ended: three
+// calls, each with its own key and its own trail; a bare id that names several calls is
+// refused with their keys, TENANT/ID or a key names one.
+func TestReusedCallIDIsADistinctCall(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state := t.TempDir()
+	for i, tenant := range []string{"t1", "t2", "t1"} {
+		ws := bermbin.Workspace(t)
+		r := run(t, state, "--call-id", "same-id", "--tenant", tenant, "--workspace", ws, "--", "sh", "-c", fmt.Sprintf(": > mark-%d; rm mark-%d", i, i))
+		if r.Exit != 0 {
+			t.Fatalf("call %d: exit %d\n%s", i, r.Exit, r.Stderr)
+		}
+	}
+	calls := bermbin.Calls(t, state)
+	keys := map[string]bool{}
+	for _, c := range calls {
+		if c.Start.CallID != "same-id" || c.Start.CallKey == "" || c.Record == nil || c.Record.CallKey != c.Start.CallKey {
+			t.Fatalf("call %+v: want id same-id, a key, and a record with the same key", c.Start)
+		}
+		keys[c.Start.CallKey] = true
+	}
+	if len(calls) != 3 || len(keys) != 3 {
+		t.Fatalf("%d calls with %d keys, want 3 calls with 3 keys", len(calls), len(keys))
+	}
+	r := bermbin.Berm(t, nil, "timeline", "--state-dir", state, "same-id")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "several calls have this id") {
+		t.Fatalf("timeline of an ambiguous id: exit %d, stderr %q; want a refusal naming the keys", r.Exit, r.Stderr)
+	}
+	for i, c := range calls {
+		tl := bermbin.Timeline(t, state, c.Start.CallKey)
+		seqs := map[uint64]bool{}
+		for _, e := range tl.Events {
+			if e.CallKey != c.Start.CallKey {
+				t.Fatalf("call %s: event %d of call %s in its trail", c.Start.CallKey, e.Seq, e.CallKey)
+			}
+			if seqs[e.Seq] {
+				t.Fatalf("call %s: sequence number %d twice", c.Start.CallKey, e.Seq)
+			}
+			seqs[e.Seq] = true
+			if e.Syscall != nil && strings.HasPrefix(e.Syscall.Name, "unlink") && e.Syscall.Path != fmt.Sprintf("mark-%d", i) {
+				t.Fatalf("call %d's trail holds another call's deletion: %s", i, e.Syscall.Path)
+			}
+		}
+	}
+	if tl := bermbin.Timeline(t, state, "t2/same-id"); tl.Call.Start.Tenant != "t2" {
+		t.Fatalf("t2/same-id named tenant %s's call", tl.Call.Start.Tenant)
+	}
+}
+
+// berm's own sandbox set-up (the init's mounts, Landlock rules, seccomp) is marked phase
+// setup: out of the record's counts and the default timeline, shown with --all.
+func TestSetupIsNotTheToolsTrail(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	if r := run(t, state, "--call-id", "setup-1", "--workspace", ws, "--", "true"); r.Exit != 0 {
+		t.Fatalf("exit %d\n%s", r.Exit, r.Stderr)
+	}
+	tl := bermbin.Timeline(t, state, "setup-1")
+	for _, e := range tl.Events {
+		if e.Phase == event.PhaseSetup {
+			t.Fatalf("default timeline shows set-up event %d (%s)", e.Seq, e.Kind)
+		}
+	}
+	if n := tl.Call.Record.Counts.Open; n > 16 {
+		t.Errorf("a call running true counts %d opens: berm's set-up counted as the tool's", n)
+	}
+	r := bermbin.Berm(t, nil, "timeline", "--state-dir", state, "--json", "--all", "setup-1")
+	var all audit.TimelineJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &all); err != nil {
+		t.Fatalf("timeline --all: %v\n%s", err, r.Stderr)
+	}
+	setup := 0
+	for _, e := range all.Events {
+		if e.Phase == event.PhaseSetup {
+			setup++
+		}
+	}
+	if setup == 0 || len(all.Events) != len(tl.Events)+setup {
+		t.Errorf("--all: %d events, %d of them set-up; default: %d", len(all.Events), setup, len(tl.Events))
 	}
 }

@@ -23,7 +23,11 @@ const (
 
 // CallStart is written to the journal before the tool's first instruction.
 type CallStart struct {
-	CallID     string    `json:"call_id"`               // the call's id, as its caller named it
+	CallID string `json:"call_id"` // the call's id, as its caller named it
+	// CallKey is the call's identity, assigned by berm when the call begins and unique to it:
+	// a caller's id may be reused (by another tenant, or after the call ended), its key never.
+	// Trails, rules state and ClickHouse rows of a call are keyed by it.
+	CallKey    string    `json:"call_key"`
 	Tool       string    `json:"tool"`                  // the tool the call ran
 	Tenant     string    `json:"tenant"`                // the tenant the call ran for
 	Argv       []string  `json:"argv"`                  // the tool's command line

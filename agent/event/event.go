@@ -44,12 +44,13 @@ var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSysc
 // one, else path), table (a part that has a table of its own, alerts). A part's members are
 // written, and scanned, in declaration order: the first one must not be omitempty.
 type Event struct {
-	CallID string    `json:"call_id"`                   // the call the event belongs to, as its caller named it
-	Seq    uint64    `json:"seq"`                       // order within the call, from 1; (CallID, Seq) identifies the event
-	Time   time.Time `json:"time"`                      // when the kernel (or the agent) saw it, to the nanosecond
-	Kind   Kind      `json:"kind" ch:",lc"`             // what the event is about: names its one part
-	Tool   string    `json:"tool,omitempty" ch:",lc"`   // the tool the call ran
-	Tenant string    `json:"tenant,omitempty" ch:",lc"` // the tenant the call ran for
+	CallID  string    `json:"call_id"`                   // the call the event belongs to, as its caller named it
+	CallKey string    `json:"call_key,omitempty"`        // the call's unique identity (CallStart.CallKey)
+	Seq     uint64    `json:"seq"`                       // order within the call, from 1; (CallID, Seq) identifies the event
+	Time    time.Time `json:"time"`                      // when the kernel (or the agent) saw it, to the nanosecond
+	Kind    Kind      `json:"kind" ch:",lc"`             // what the event is about: names its one part
+	Tool    string    `json:"tool,omitempty" ch:",lc"`   // the tool the call ran
+	Tenant  string    `json:"tenant,omitempty" ch:",lc"` // the tenant the call ran for
 
 	PID  uint32 `json:"pid,omitempty"`           // host tgid
 	TID  uint32 `json:"tid,omitempty"`           // host tid
@@ -81,7 +82,29 @@ type Event struct {
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.
-func (e *Event) ID() string { return fmt.Sprintf("%s/%d", e.CallID, e.Seq) }
+func (e *Event) ID() string {
+	if e.CallKey != "" {
+		return fmt.Sprintf("%s/%d", e.CallKey, e.Seq)
+	}
+	return fmt.Sprintf("%s/%d", e.CallID, e.Seq)
+}
+
+// Key is the call's identity: its CallKey, or for records made before calls had keys, its
+// tenant and id.
+func (s *CallStart) Key() string {
+	if s.CallKey != "" {
+		return s.CallKey
+	}
+	return s.Tenant + "/" + s.CallID
+}
+
+// Key is the identity of the call the event belongs to (CallStart.Key).
+func (e *Event) Key() string {
+	if e.CallKey != "" {
+		return e.CallKey
+	}
+	return e.Tenant + "/" + e.CallID
+}
 
 // Exec is a successful execve or execveat.
 type Exec struct {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
 )
 
 // openSource opens --source: the local journal by default.
@@ -80,6 +82,7 @@ func cmdTimeline(args []string) int {
 	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
 	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
 	asJSON := fs.Bool("json", false, "JSON output")
+	all := fs.Bool("all", false, "also show berm's own sandbox set-up (events of phase setup)")
 	// Flags may follow the call id.
 	var id string
 	rest := args
@@ -96,7 +99,7 @@ func cmdTimeline(args []string) int {
 		id, rest = fs.Arg(0), fs.Args()[1:]
 	}
 	if id == "" {
-		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--source S] CALL_ID")
+		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
 		return 2
 	}
 	src, closeSrc, err := openSource(*stateDir, *source)
@@ -110,6 +113,9 @@ func cmdTimeline(args []string) int {
 	}
 	if err != nil {
 		return fail("%v", err)
+	}
+	if !*all {
+		evs = slices.DeleteFunc(evs, func(e event.Event) bool { return e.Phase == event.PhaseSetup })
 	}
 	if *asJSON {
 		err = audit.PrintTimelineJSON(os.Stdout, call, evs)

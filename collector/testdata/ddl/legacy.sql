@@ -119,3 +119,15 @@ ALTER TABLE berm.events ADD COLUMN phase String;
 -- migration 0003 add_aggregated
 
 ALTER TABLE berm.calls ADD COLUMN aggregated UInt64;
+
+-- migration 0004 add_call_key
+
+ALTER TABLE berm.events ADD COLUMN call_key String;
+
+-- migration 0005 add_call_key_calls
+
+ALTER TABLE berm.call_starts ADD COLUMN call_key String;
+
+ALTER TABLE berm.calls ADD COLUMN call_key String;
+
+ALTER TABLE berm.alerts ADD COLUMN call_key String;

@@ -138,3 +138,23 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS phase LowCardin
 ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS aggregated UInt64;
 
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS aggregated UInt64;
+
+-- migration 0004 add_call_key
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0005 add_call_key_calls
+
+ALTER TABLE berm.call_starts_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.alerts_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.call_starts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+ALTER TABLE berm.alerts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
