@@ -4,7 +4,7 @@ BIN      := bin
 CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build deps generate check-generated vmlinux test test-unit demo bench clean
+.PHONY: all build deps generate check-generated vmlinux test test-unit test-race demo bench clean
 
 all: build
 
@@ -28,12 +28,21 @@ vmlinux:
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/include/vmlinux.h
 
 # Everything: pure-logic tests run anywhere; kernel, cgroup and ClickHouse tests need root.
+# Then the pure-logic tests again under the race detector, which is what gives the tests of
+# concurrent code (rules' TestSwapConcurrent, the journal's writers) their meaning: -short
+# selects them, as testenv/testutil skips there whatever needs root, a kernel feature or a
+# real server.
 test: deps build
 	$(GO) vet ./...
 	$(GOTEST) ./...
+	$(MAKE) test-race
 
+# The pure-logic tests only: no root needed.
 test-unit:
 	$(GOTEST) -short ./...
+
+test-race:
+	$(GOTEST) -race -short ./...
 
 # The seed incident as a tool call, on the embedded default (no daemon, no ClickHouse).
 demo: build

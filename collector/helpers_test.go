@@ -20,6 +20,7 @@ import (
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // sharedServer is one real clickhouse-server for the package's tests; each test uses its own
@@ -32,6 +33,7 @@ var (
 
 func server(t testing.TB) *chtest.Server {
 	t.Helper()
+	testutil.Integration(t, "a real clickhouse-server")
 	sharedOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -43,14 +45,12 @@ func server(t testing.TB) *chtest.Server {
 	return shared
 }
 
-func isRoot() bool { return os.Geteuid() == 0 }
-
+// skipOrFail: root can install clickhouse-server (chtest.Binary does), so only a test that is
+// not root may skip for want of one.
 func skipOrFail(t testing.TB, err error) {
 	t.Helper()
-	if isRoot() {
-		t.Fatalf("real clickhouse-server needed: %v", err)
-	}
-	t.Skipf("real clickhouse-server needed: %v", err)
+	testutil.RequireRoot(t, fmt.Sprintf("a real clickhouse-server is needed (%v) and installing it", err))
+	t.Fatalf("real clickhouse-server needed: %v", err)
 }
 
 // freshDB creates a database of its own for a test and returns its DSN.

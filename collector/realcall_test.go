@@ -7,14 +7,13 @@ import (
 	"testing"
 
 	"github.com/bermsec/berm/testenv/bermbin"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // TestShipRealCall runs a real tool call with berm run (traced, sandboxed: needs root), ships
 // its journal and reads it back: the same call and timeline as from the local journal.
 func TestShipRealCall(t *testing.T) {
-	if !isRoot() {
-		t.Skip("berm run needs root (cgroups, namespaces, eBPF)")
-	}
+	testutil.RequireRoot(t, "berm run creates cgroups and namespaces and loads eBPF")
 	s := server(t)
 	dsn := freshDB(t, s)
 	bin := bermbin.Path(t, "berm")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // End to end: each shipped rule is proven by a real behaviour run inside `berm run`, whose
@@ -146,9 +147,7 @@ var bermBin string
 
 func buildBerm(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("end-to-end rule tests need root: berm run creates cgroups and namespaces and loads eBPF")
-	}
+	testutil.RequireRoot(t, "berm run creates cgroups and namespaces and loads eBPF")
 	if runtime.GOARCH != "amd64" {
 		t.Skip("end-to-end rule tests use x86-64 syscall numbers")
 	}

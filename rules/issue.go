@@ -6,6 +6,8 @@ import (
 	"unicode"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/bermsec/berm/agent/policy/yamlerr"
 )
 
 // Issue is one problem found while loading rule files, at a position in a file.
@@ -18,13 +20,11 @@ type Issue struct {
 }
 
 func (i Issue) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d:%d: ", i.File, i.Line, i.Col)
+	in := ""
 	if i.Rule != "" {
-		fmt.Fprintf(&b, "rule %q: ", i.Rule)
+		in = fmt.Sprintf("rule %q", i.Rule)
 	}
-	b.WriteString(i.Msg)
-	return b.String()
+	return yamlerr.Format(yamlerr.Pos{File: i.File, Line: i.Line, Col: i.Col}, in, i.Msg)
 }
 
 // LoadError lists every problem of a load; a set with problems is never used.

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/policy/yamlerr"
 )
 
 // Severities and surfaces a rule may have.
@@ -93,11 +94,8 @@ type loader struct {
 }
 
 func (l *loader) issue(src *source, n *yaml.Node, rule, format string, args ...any) {
-	line, col := 0, 0
-	if n != nil {
-		line, col = n.Line, n.Column
-	}
-	l.issues = append(l.issues, Issue{File: src.name, Line: line, Col: col, Rule: rule, Msg: fmt.Sprintf(format, args...)})
+	p := yamlerr.At(src.name, n)
+	l.issues = append(l.issues, Issue{File: p.File, Line: p.Line, Col: p.Col, Rule: rule, Msg: fmt.Sprintf(format, args...)})
 }
 
 // mapping walks a mapping node, rejecting unknown and repeated keys.
@@ -187,12 +185,9 @@ func (l *loader) parse(src *source, data []byte) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
-		line := 0
-		var m []string
-		if m = regexp.MustCompile(`line (\d+)`).FindStringSubmatch(err.Error()); m != nil {
-			fmt.Sscan(m[1], &line)
-		}
-		l.issues = append(l.issues, Issue{File: src.name, Line: line, Col: 1, Msg: "yaml: " + strings.TrimPrefix(err.Error(), "yaml: ")})
+		// the message as yaml.v3 words it, "line N" included; the position from it
+		p, _ := yamlerr.Syntax(src.name, err)
+		l.issues = append(l.issues, Issue{File: p.File, Line: p.Line, Col: p.Col, Msg: "yaml: " + strings.TrimPrefix(err.Error(), "yaml: ")})
 		return
 	}
 	if len(doc.Content) == 0 {

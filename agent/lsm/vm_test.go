@@ -3,11 +3,9 @@ package lsm
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,14 +17,15 @@ import (
 
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // The TestVM tests need a kernel with BPF LSM active: testenv/qemu boots one and runs them
 // (its /init sets BERM_IN_VM=1). They enforce a compiled policy on a real child process in
 // its own cgroup and check both what the kernel allowed and the denials it reported.
 const (
-	vmEnv    = "BERM_IN_VM"
-	childEnv = "BERM_LSM_CHILD"
+	vmEnv     = "BERM_IN_VM"
+	childName = "lsm"
 )
 
 // op is one thing the child tries; deny says the policy refuses it.
@@ -227,41 +226,23 @@ func nearestRule(rules []Rule, path string) uint32 {
 
 func runChild(t *testing.T, cgfd int, ops []op) map[string]string {
 	t.Helper()
-	spec, err := json.Marshal(ops)
-	must(t, err)
-	exe, err := os.Executable()
-	must(t, err)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd := testutil.JSONCommand(t, childName, ops)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cgfd}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("child: %v\nstderr: %s", err, stderr.String())
-	}
 	results := map[string]string{}
-	if err := json.Unmarshal(stdout.Bytes(), &results); err != nil {
-		t.Fatalf("child output %q: %v (stderr %s)", stdout.String(), err, stderr.String())
+	if ee := testutil.RunJSON(t, cmd, &results); ee != nil {
+		t.Fatalf("child: %v\nstderr: %s", ee, ee.Stderr)
 	}
 	return results
 }
 
 // child runs in the call's cgroup and reports each operation's errno name ("" when it worked).
-func child(spec string) int {
-	var ops []op
-	// op's fields are exported for this; deny stays with the parent.
-	if err := json.Unmarshal([]byte(spec), &ops); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+// op's fields are exported for this; deny stays with the parent.
+func child(ops []op) map[string]string {
 	results := map[string]string{}
 	for _, o := range ops {
-		results[o.Name] = errName(do(o))
+		results[o.Name] = testutil.ErrnoName(do(o))
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(results); err != nil {
-		return 2
-	}
-	return 0
+	return results
 }
 
 func do(o op) error {
@@ -310,17 +291,6 @@ func do(o op) error {
 		return nil
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
-}
-
-func errName(err error) string {
-	if err == nil {
-		return ""
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return unix.ErrnoName(errno)
-	}
-	return err.Error()
 }
 
 func orOK(s string) string {

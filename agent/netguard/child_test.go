@@ -11,20 +11,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
-// The kernel tests run this test binary again inside the call's cgroup: childEnv carries the
-// actions, one per line ("name kind args..."), and the child prints "name result" for each,
+// The kernel tests run this test binary again inside the call's cgroup: the child's argument is
+// the actions, one per line ("name kind args..."), and the child prints "name result" for each,
 // result being "ok" or the errno name. Raw syscalls, so that every family, type and address
 // form reaches the kernel exactly as written (the net package would pick families itself).
-const childEnv = "BERM_NETGUARD_CHILD"
+const childName = "netguard"
 
-func TestMain(m *testing.M) {
-	if spec, ok := os.LookupEnv(childEnv); ok {
-		os.Exit(child(spec))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.Main(m, testutil.Children{childName: child}) }
 
 func child(spec string) int {
 	out := bufio.NewWriter(os.Stdout)

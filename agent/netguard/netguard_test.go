@@ -26,14 +26,8 @@ import (
 	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
 	"github.com/bermsec/berm/sandboxer/cgroup"
+	"github.com/bermsec/berm/testenv/testutil"
 )
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("attaching cgroup sock programs and creating cgroups needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN): run `sudo make test`")
-	}
-}
 
 // callEnv is one sandboxed call as the agent sets it up: a cgroup v2 leaf registered with a
 // real tracer, and a Guard sharing the tracer's maps.
@@ -58,10 +52,10 @@ func newCall(t testing.TB, audit bool) *callEnv {
 // (Guard.AttachRoot, as the agent does) and the call's cgroup is made inside it.
 func newCallAt(t testing.TB, audit, underRoot bool) *callEnv {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t, "attaching cgroup sock programs and creating cgroups (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)")
 	layout, err := cgroup.Detect()
 	if err != nil || layout.V2 == "" {
-		t.Skipf("no cgroup2 mount (cgroup v2 ids key the per-call maps): %v", err)
+		testutil.Unavailable(t, "no cgroup2 mount (cgroup v2 ids key the per-call maps): %v", err)
 	}
 	tr, err := tracer.New(tracer.DefaultConfig)
 	if err != nil {
@@ -188,8 +182,7 @@ func (c *callEnv) start(t *testing.T, actions ...string) (*exec.Cmd, io.Reader) 
 
 func (c *callEnv) startIn(t *testing.T, cgroupFD int, actions ...string) (*exec.Cmd, io.Reader) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(actions, "\n"))
+	cmd := testutil.Command(t, childName, strings.Join(actions, "\n"))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cgroupFD}
 	out, err := cmd.StdoutPipe()

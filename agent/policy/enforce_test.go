@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,54 +11,47 @@ import (
 
 	"github.com/bermsec/berm/agent/policy/landlock"
 	"github.com/bermsec/berm/agent/policy/seccomp"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // The end-to-end test applies a compiled strict policy in a re-executed child, the way the
 // launcher will, and checks what the kernel then allows: the compiled form must be loadable
 // as is (file rules on device nodes, rights of the probed ABI) and mean what the policy says.
-const enforceEnv = "BERM_POLICY_TEST_CHILD"
+const enforceChildName = "enforce"
 
 type enforceSpec struct {
 	Workspace, Tmp string
 	Ops            [][2]string // kind, path
 }
 
-func TestMain(m *testing.M) {
-	if s := os.Getenv(enforceEnv); s != "" {
-		os.Exit(enforceChild(s))
-	}
-	os.Exit(m.Run())
+type enforceResult struct {
+	Errs []string // per op: "" or the errno name
+	Err  string   // setup failure
 }
 
-func enforceChild(s string) int {
-	var spec enforceSpec
-	var out struct {
-		Errs []string
-		Err  string
-	}
-	defer func() { _ = json.NewEncoder(os.Stdout).Encode(out) }()
-	if err := json.Unmarshal([]byte(s), &spec); err != nil {
-		out.Err = err.Error()
-		return 0
-	}
+func TestMain(m *testing.M) {
+	testutil.Main(m, testutil.Children{enforceChildName: testutil.JSONChild(enforceChild)})
+}
+
+func enforceChild(spec enforceSpec) (out enforceResult) {
 	abi, err := landlock.Probe()
 	if err != nil {
 		out.Err = err.Error()
-		return 0
+		return
 	}
 	c, err := Strict().Compile(CompileEnv{Workspace: spec.Workspace, Tmp: spec.Tmp, LandlockABI: abi})
 	if err != nil {
 		out.Err = err.Error()
-		return 0
+		return
 	}
 	runtime.LockOSThread() // restricted for good; dies with the process
 	if err := landlock.Restrict(c.Landlock); err != nil {
 		out.Err = err.Error()
-		return 0
+		return
 	}
 	if err := seccomp.Install(c.Seccomp, seccomp.TSync); err != nil {
 		out.Err = err.Error()
-		return 0
+		return
 	}
 	for _, op := range spec.Ops {
 		var err error
@@ -77,25 +68,16 @@ func enforceChild(s string) int {
 				err = e
 			}
 		}
-		name := ""
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			name = unix.ErrnoName(errno)
-		} else if err != nil {
-			name = err.Error()
-		}
-		out.Errs = append(out.Errs, name)
+		out.Errs = append(out.Errs, testutil.ErrnoName(err))
 	}
-	return 0
+	return
 }
 
 func TestStrictEnforced(t *testing.T) {
 	if _, err := landlock.Probe(); err != nil {
-		t.Skipf("landlock unavailable: %v", err)
+		testutil.Unavailable(t, "landlock unavailable: %v", err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the denials checked here would partly be file modes otherwise")
-	}
+	testutil.RequireRoot(t, "the denials checked here would partly be file modes otherwise")
 	ws, tmp := t.TempDir(), t.TempDir()
 	outside := t.TempDir()
 	secret := filepath.Join(outside, "secret")
@@ -123,20 +105,9 @@ func TestStrictEnforced(t *testing.T) {
 	for _, c := range cases {
 		spec.Ops = append(spec.Ops, [2]string{c.kind, c.path})
 	}
-	b, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), enforceEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	var out struct {
-		Errs []string
-		Err  string
-	}
-	if err := json.Unmarshal(outb, &out); err != nil {
-		t.Fatalf("child output %q: %v", outb, err)
+	var out enforceResult
+	if ee := testutil.RunJSON(t, testutil.JSONCommand(t, enforceChildName, spec), &out); ee != nil {
+		t.Fatalf("child: %v", ee)
 	}
 	if out.Err != "" {
 		t.Fatalf("child: %s", out.Err)

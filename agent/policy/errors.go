@@ -1,11 +1,12 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
+
+	"github.com/bermsec/berm/agent/policy/yamlerr"
 )
 
-// Error is one problem in a policy file, located precisely.
+// Error is one problem in a policy file, located precisely (printed as yamlerr formats it).
 type Error struct {
 	File  string
 	Line  int
@@ -15,17 +16,13 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return yamlerr.Format(yamlerr.Pos{File: e.File, Line: e.Line, Col: e.Col}, e.Field, e.Msg)
+}
+
+// syntaxError is a yaml.v3 decode error as a policy Error.
+func syntaxError(file string, err error) *Error {
+	p, msg := yamlerr.Syntax(file, err)
+	return &Error{File: file, Line: p.Line, Col: p.Col, Msg: "invalid yaml: " + msg}
 }
 
 // Errors is every problem found in one file; Load and Parse return it so callers can list

@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,8 +58,6 @@ type decoder struct {
 	base *Spec
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func (d *decoder) document(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -68,13 +65,7 @@ func (d *decoder) document(data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: d.file, Line: 1, Col: 1, Msg: "empty policy: expected a ToolPolicy document"}}
 		}
-		e := &Error{File: d.file, Msg: "invalid yaml: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
-			e.Col = 1
-			e.Msg = "invalid yaml: " + m[2]
-		}
-		return nil, Errors{e}
+		return nil, Errors{syntaxError(d.file, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

@@ -1,19 +1,13 @@
 package tracer
 
 import (
-	"os"
 	"testing"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loading eBPF programs needs root (CAP_BPF, CAP_PERFMON): run `sudo make test`")
-	}
-}
-
 func TestLoadAttachRegister(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "loading eBPF programs (CAP_BPF, CAP_PERFMON)")
 	tr, err := New(DefaultConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -15,14 +15,13 @@ import (
 	"testing"
 
 	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
-// RequireRoot skips a test that needs root, saying why.
+// RequireRoot is testutil.RequireRoot for the tests that run berm's binaries.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: eBPF, cgroups and namespaces are real here; run `sudo make test`")
-	}
+	testutil.RequireRoot(t, "eBPF, cgroups and namespaces are real here")
 }
 
 var (

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // Shard is one member of a test cluster, as written into remote_servers.
@@ -182,6 +184,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // the reason (tests that need the real server must not pass silently in CI, which runs as root).
 func ForTest(t testing.TB, cfg Config) *Server {
 	t.Helper()
+	testutil.Integration(t, "a real clickhouse-server")
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
@@ -189,9 +192,8 @@ func ForTest(t testing.TB, cfg Config) *Server {
 	defer cancel()
 	s, err := Start(ctx, cfg)
 	if err != nil {
-		if os.Geteuid() != 0 {
-			t.Skipf("real clickhouse-server needed: %v", err)
-		}
+		// root can install the server (Binary does), so only a test that is not root may skip
+		testutil.RequireRoot(t, fmt.Sprintf("a real clickhouse-server is needed (%v) and installing it", err))
 		t.Fatalf("start clickhouse-server: %v", err)
 	}
 	t.Cleanup(func() { s.Stop() })

@@ -9,32 +9,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
-// unusable skips with the reason, or fails in CI, where the VM test must run.
-func unusable(t *testing.T, format string, a ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, a...)
-	}
-	t.Skipf(format, a...)
-}
-
-// TestLSMInVM runs agent/lsm's TestVM tests on Debian's kernel with BPF LSM active: the test
-// passes iff they passed there. Root is needed only to download the kernel (later runs use
-// the cache; override its place with BERM_TESTENV_CACHE).
+// TestLSMInVM runs agent/lsm's TestVM tests and TestNewOnThisKernel (which must load BPF LSM
+// there) on Debian's kernel with BPF LSM active: the test passes iff they passed there. Root
+// is needed only to download the kernel (later runs use the cache; override its place with
+// BERM_TESTENV_CACHE).
 func TestLSMInVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM (≈ 15 s under TCG): not in -short")
 	}
 	for _, tool := range []string{"qemu-system-x86_64", "xz", "dpkg-deb"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			unusable(t, "%s missing (testenv/install-deps.sh installs qemu-system-x86 and busybox-static): %v", tool, err)
+			testutil.Unavailable(t, "%s missing (testenv/install-deps.sh installs qemu-system-x86 and busybox-static): %v", tool, err)
 		}
 	}
 	busybox := "/bin/busybox"
 	if out, err := exec.Command("file", "-L", busybox).Output(); err != nil || !bytes.Contains(out, []byte("statically linked")) {
-		unusable(t, "%s is not busybox-static (testenv/install-deps.sh installs it)", busybox)
+		testutil.Unavailable(t, "%s is not busybox-static (testenv/install-deps.sh installs it)", busybox)
 	}
 	cache := os.Getenv("BERM_TESTENV_CACHE")
 	if cache == "" {
@@ -44,7 +38,7 @@ func TestLSMInVM(t *testing.T) {
 	start := time.Now()
 	kernel, err := kernelFor(t, cache)
 	if err != nil {
-		unusable(t, "no kernel with BPF LSM for the VM: %v", err)
+		testutil.Unavailable(t, "no kernel with BPF LSM for the VM: %v", err)
 	}
 	t.Logf("kernel %s (%.1fs)", kernel, time.Since(start).Seconds())
 
@@ -66,7 +60,7 @@ func TestLSMInVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Initramfs(f, busybox, bin, "^TestVM"); err != nil {
+	if err := Initramfs(f, busybox, bin, "^(TestVM|TestNewOnThisKernel$)"); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
@@ -89,7 +83,7 @@ func TestLSMInVM(t *testing.T) {
 	if !strings.Contains(res.Kernel, "bpf") {
 		t.Errorf("BPF LSM is not active in the VM: %s", res.Kernel)
 	}
-	if err := res.Check("TestVMEnforce", "TestVMAudit"); err != nil {
+	if err := res.Check("TestVMEnforce", "TestVMAudit", "TestNewOnThisKernel"); err != nil {
 		t.Errorf("agent/lsm in the VM: %v", err)
 	}
 }

@@ -1,8 +1,6 @@
 package landlock
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,11 +11,13 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // The kernel tests re-execute the test binary: Landlock confines a thread for good, so each
 // case runs in a child process that restricts itself, tries operations and reports the errnos.
-const childEnv = "BERM_LANDLOCK_TEST_CHILD"
+const childName = "landlock"
 
 type op struct {
 	Kind string // read, write, exec, connect
@@ -38,40 +38,30 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
-	os.Exit(m.Run())
+	testutil.Main(m, testutil.Children{childName: testutil.JSONChild(runChild)})
 }
 
-func runChild(specJSON string) int {
-	var spec childSpec
-	var res childResult
-	defer func() { _ = json.NewEncoder(os.Stdout).Encode(res) }()
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		res.Err = err.Error()
-		return 0
-	}
+func runChild(spec childSpec) (res childResult) {
 	runtime.LockOSThread() // never unlocked: the restricted thread dies with the process
 	ports := map[int]int{}
 	for _, p := range spec.Listen {
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			res.Err = err.Error()
-			return 0
+			return
 		}
 		ports[p] = l.Addr().(*net.TCPAddr).Port
 	}
 	if !spec.NoApply {
 		if err := Restrict(spec.Rules); err != nil {
 			res.Err = err.Error()
-			return 0
+			return
 		}
 	}
 	for _, o := range spec.Ops {
-		res.Errs = append(res.Errs, errnoName(do(o)))
+		res.Errs = append(res.Errs, testutil.ErrnoName(do(o)))
 	}
-	return 0
+	return
 }
 
 func do(o op) error {
@@ -96,33 +86,11 @@ func do(o op) error {
 	return fmt.Errorf("unknown op %q", o.Kind)
 }
 
-func errnoName(err error) string {
-	if err == nil {
-		return ""
-	}
-	var errno unix.Errno
-	if errors.As(err, &errno) {
-		return unix.ErrnoName(errno)
-	}
-	return err.Error()
-}
-
 func runInChild(t *testing.T, spec childSpec) childResult {
 	t.Helper()
-	b, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
 	var res childResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("child output %q: %v", out, err)
+	if ee := testutil.RunJSON(t, testutil.JSONCommand(t, childName, spec), &res); ee != nil {
+		t.Fatalf("child: %v", ee)
 	}
 	if res.Err != "" {
 		t.Fatalf("child: %s", res.Err)
@@ -130,19 +98,43 @@ func runInChild(t *testing.T, spec childSpec) childResult {
 	return res
 }
 
+// requireLandlock returns the probed ABI. A failed probe skips the test only where the kernel
+// does not run Landlock: where it does, the probe is what is broken.
 func requireLandlock(t *testing.T) int {
 	t.Helper()
 	abi, err := Probe()
-	if err != nil {
-		t.Skipf("landlock unavailable on this kernel: %v", err)
+	if err == nil {
+		return abi
 	}
-	return abi
+	switch has, lerr := testutil.HasLSM("landlock"); {
+	case lerr != nil:
+		testutil.Unavailable(t, "landlock probe: %v; whether the kernel runs landlock is unknown: %v", err, lerr)
+	case has:
+		t.Fatalf("the kernel runs landlock, yet the probe failed: %v", err)
+	default:
+		testutil.Unavailable(t, "landlock is not among the kernel's active LSMs: %v", err)
+	}
+	return 0
 }
 
+// The probe must agree with the kernel's list of active LSMs both ways: an ABI where Landlock
+// runs, a refusal where it does not.
 func TestProbe(t *testing.T) {
-	abi := requireLandlock(t)
-	if abi < 1 {
-		t.Fatalf("abi %d", abi)
+	has, err := testutil.HasLSM("landlock")
+	if err != nil {
+		testutil.Unavailable(t, "cannot tell whether the kernel runs landlock: %v", err)
+	}
+	abi, err := Probe()
+	switch {
+	case has && err != nil:
+		t.Fatalf("the kernel runs landlock, yet the probe failed: %v", err)
+	case has && abi < 1:
+		t.Fatalf("the kernel runs landlock, yet the probe says abi %d", abi)
+	case !has && err == nil:
+		t.Fatalf("landlock is not among the kernel's active LSMs, yet the probe says abi %d", abi)
+	case !has:
+		t.Logf("landlock is not active here and the probe says so: %v", err)
+		return
 	}
 	t.Logf("landlock abi %d", abi)
 }
@@ -225,8 +217,8 @@ func TestRestrictFilesystem(t *testing.T) {
 		{"restricted", false, []string{"EACCES", "", "EACCES", "", "EACCES", "", "EACCES"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.noApply && os.Geteuid() != 0 {
-				t.Skip("control run writes to /etc: needs root")
+			if tc.noApply {
+				testutil.RequireRoot(t, "the control run writes to /etc")
 			}
 			res := runInChild(t, childSpec{Rules: rules, Ops: ops, NoApply: tc.noApply})
 			os.Remove("/etc/berm-landlock-test")
@@ -246,16 +238,10 @@ func TestRestrictRefusesSymlinkedRulePath(t *testing.T) {
 	if err := os.Symlink("/etc", link); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(childSpec{Rules: Ruleset{HandledFS: ReadFile, Paths: []PathRule{{Path: link, Access: ReadFile}}}})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := childSpec{Rules: Ruleset{HandledFS: ReadFile, Paths: []PathRule{{Path: link, Access: ReadFile}}}}
 	var res childResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatal(err)
+	if ee := testutil.RunJSON(t, testutil.JSONCommand(t, childName, spec), &res); ee != nil {
+		t.Fatalf("child: %v", ee)
 	}
 	if res.Err == "" {
 		t.Fatal("a symlinked rule path was accepted")

@@ -1,7 +1,6 @@
 package seccomp
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"runtime"
@@ -9,11 +8,13 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // Kernel tests re-execute the test binary: a filter never comes off, so each case installs it
 // in a child process, makes syscalls and reports the errnos.
-const childEnv = "BERM_SECCOMP_TEST_CHILD"
+const childName = "seccomp"
 
 type childSpec struct {
 	Filter  Filter
@@ -30,20 +31,10 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
-	os.Exit(m.Run())
+	testutil.Main(m, testutil.Children{childName: testutil.JSONChild(runChild)})
 }
 
-func runChild(specJSON string) int {
-	var spec childSpec
-	var res childResult
-	defer func() { _ = json.NewEncoder(os.Stdout).Encode(res) }()
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		res.Err = err.Error()
-		return 0
-	}
+func runChild(spec childSpec) (res childResult) {
 	// A thread that exists before Install makes the probes: it only sees the filter if TSYNC
 	// carried it over.
 	start, done := make(chan struct{}), make(chan []string)
@@ -56,16 +47,16 @@ func runChild(specJSON string) int {
 		p, err := spec.Filter.Program()
 		if err != nil {
 			res.Err = err.Error()
-			return 0
+			return
 		}
 		if err := Install(p, TSync); err != nil {
 			res.Err = err.Error()
-			return 0
+			return
 		}
 	}
 	close(start)
 	res.Errs = <-done
-	return 0
+	return
 }
 
 func doProbes(x32 bool) []string {
@@ -96,22 +87,9 @@ func doProbes(x32 bool) []string {
 
 func runInChild(t *testing.T, spec childSpec) (childResult, *exec.ExitError) {
 	t.Helper()
-	b, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-	out, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return childResult{}, ee
-	}
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
 	var res childResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("child output %q: %v", out, err)
+	if ee := testutil.RunJSON(t, testutil.JSONCommand(t, childName, spec), &res); ee != nil {
+		return childResult{}, ee
 	}
 	if res.Err != "" {
 		t.Fatalf("child: %s", res.Err)
@@ -121,12 +99,10 @@ func runInChild(t *testing.T, spec childSpec) (childResult, *exec.ExitError) {
 
 func requireSeccomp(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		// unprivileged the probes fail with EPERM by themselves, so a pass would prove nothing
-		t.Skip("needs root: the control run must be able to unshare and mount")
-	}
+	// unprivileged the probes fail with EPERM by themselves, so a pass would prove nothing
+	testutil.RequireRoot(t, "the control run must be able to unshare and mount")
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
-		t.Skipf("seccomp unavailable: %v", err)
+		testutil.Unavailable(t, "seccomp unavailable: %v", err)
 	}
 }
 

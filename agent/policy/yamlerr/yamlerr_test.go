@@ -1,0 +1,62 @@
+package yamlerr
+
+import (
+	"errors"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestSyntax(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		pos       Pos
+		msg       string
+	}{
+		{"unclosed list", "a: [\n", Pos{"f.yaml", 1, 1}, "did not find expected node content"},
+		{"bad indent", "a:\n  b: 1\n c: 2\n", Pos{"f.yaml", 2, 1}, "did not find expected key"},
+		{"tab", "a:\n\tb: 1\n", Pos{"f.yaml", 2, 1}, "found character that cannot start any token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n yaml.Node
+			err := yaml.Unmarshal([]byte(tc.doc), &n)
+			if err == nil {
+				t.Fatal("no decode error")
+			}
+			pos, msg := Syntax("f.yaml", err)
+			if pos != tc.pos || msg != tc.msg {
+				t.Fatalf("%q: got %v %q, want %v %q", err, pos, msg, tc.pos, tc.msg)
+			}
+		})
+	}
+	// a "line N" later in the message places it, and the message stays whole
+	pos, msg := Syntax("f.yaml", errors.New("yaml: unmarshal errors:\n  line 4: cannot unmarshal"))
+	if pos != (Pos{"f.yaml", 4, 1}) || msg != "unmarshal errors:\n  line 4: cannot unmarshal" {
+		t.Fatalf("got %v %q", pos, msg)
+	}
+	// no line: the file as a whole
+	if pos, msg := Syntax("f.yaml", errors.New("yaml: control characters are not allowed")); pos != (Pos{File: "f.yaml"}) || msg != "control characters are not allowed" {
+		t.Fatalf("got %v %q", pos, msg)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte("a:\n  b: 1\n"), &n); err != nil {
+		t.Fatal(err)
+	}
+	b := n.Content[0].Content[1].Content[0] // the key b
+	for _, tc := range []struct {
+		pos     Pos
+		in, msg string
+		want    string
+	}{
+		{At("p.yaml", b), "spec.a", "unknown field", "p.yaml:2:3: spec.a: unknown field"},
+		{At("p.yaml", b), "", "bad", "p.yaml:2:3: bad"},
+		{At("p.yaml", nil), `rule "x"`, "bad", `p.yaml: rule "x": bad`},
+	} {
+		if got := Format(tc.pos, tc.in, tc.msg); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
