@@ -50,6 +50,8 @@ type Config struct {
 	// NetRoot is the cgroup v2 directory every call's cgroup lives under: the network
 	// programs attach there once. Empty: no network layer (calls that need it are refused).
 	NetRoot string
+	// Retention bounds the journal (zero: journal.DefaultRetention).
+	Retention journal.Retention
 	// Kill ends every process of a call's cgroup. The launcher owns cgroups; the agent only
 	// asks it to kill (a call that attempted a fatal syscall).
 	Kill func(cgroupDir string) error
@@ -157,9 +159,13 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	a.clock = time.Now().UnixNano() - bootNanos()
 	a.m = newMetrics(cfg.Registry, func() float64 { return float64(a.rd.AvailableBytes()) }, float64(a.rd.BufferSize()))
-	a.wg.Add(2)
+	if cfg.Retention == (journal.Retention{}) {
+		a.cfg.Retention = journal.DefaultRetention
+	}
+	a.wg.Add(3)
 	go a.readLoop()
 	go a.decodeLoop()
+	go a.keepJournal()
 	return a, nil
 }
 
@@ -263,6 +269,10 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	traced := opts.Traced
 	start.Layers = append(append([]string(nil), start.Layers...), a.layers...)
 	start.CallKey = newCallKey()
+	// A call whose records could be lost to a full disk does not start.
+	if err := a.jw.Room(); err != nil {
+		return nil, fmt.Errorf("begin call %s: %w", start.CallID, err)
+	}
 	a.mu.Lock()
 	slot := -1
 	for i, used := range a.slots {
@@ -679,4 +689,23 @@ func newCallKey() string {
 		panic("agent: no randomness for a call key: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// keepJournal applies the journal's retention, at start and every minute.
+func (a *Agent) keepJournal() {
+	defer a.wg.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		if freed, err := a.jw.Prune(a.cfg.Retention); err != nil {
+			a.log.Error("journal retention", "err", err)
+		} else if freed > 0 {
+			a.log.Info("journal retention: oldest segments deleted", "bytes", freed, "max_bytes", a.cfg.Retention.MaxBytes, "max_age", a.cfg.Retention.MaxAge)
+		}
+		select {
+		case <-a.closing:
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -34,6 +35,8 @@ type Writer struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	released atomic.Int64 // times the reserve was given up for a record (the disk was full)
 }
 
 // SyncInterval is the group commit period: a call's end record is on disk at most this long
@@ -50,6 +53,7 @@ func OpenWriter(dir string) (*Writer, error) {
 		return nil, fmt.Errorf("open journal lock: %w", err)
 	}
 	w := &Writer{dir: dir, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
+	_ = w.reserve() // no room for it: Room says so and refuses calls
 	go w.syncLoop()
 	return w, nil
 }
@@ -117,6 +121,13 @@ func (w *Writer) Append(t RecordType, payload []byte, sync bool) error {
 	}
 	w.buf = appendFrame(w.buf[:0], t, payload)
 	n, err := w.f.Write(w.buf)
+	if err != nil && isNoSpace(err) && w.release() {
+		// The file system is full: the reserve goes, and the record with it lands.
+		if n > 0 {
+			_ = w.f.Truncate(w.known)
+		}
+		n, err = w.f.Write(w.buf)
+	}
 	if err != nil {
 		// A short write leaves a torn tail; cut it now rather than leave it to the next writer.
 		if n > 0 {
@@ -223,3 +234,6 @@ func (w *Writer) Close() error {
 	errs = append(errs, w.lock.Close())
 	return errors.Join(errs...)
 }
+
+// Released is how many times the journal gave up its reserve to write a record.
+func (w *Writer) Released() int64 { return w.released.Load() }
