@@ -403,3 +403,40 @@ func TestSetupIsNotTheToolsTrail(t *testing.T) {
 		t.Errorf("--all: %d events, %d of them set-up; default: %d", len(all.Events), setup, len(tl.Events))
 	}
 }
+
+// The journal and the workspace on one small file system, and a tool that writes it full:
+// the call's record still lands (the journal's reserve is given up for it), and the next call
+// is refused with the reason instead of running with a trail that cannot be written.
+func TestToolFillingTheJournalsDisk(t *testing.T) {
+	bermbin.RequireRoot(t)
+	fs := t.TempDir()
+	os.Chmod(fs, 0o755)
+	if err := syscall.Mount("tmpfs", fs, "tmpfs", 0, "size=160m,mode=755"); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(fs, syscall.MNT_DETACH)
+	state, ws := filepath.Join(fs, "state"), filepath.Join(fs, "ws")
+	os.Mkdir(ws, 0o755)
+	os.Chown(ws, 65534, 65534)
+	r := run(t, state, "--call-id", "filler", "--workspace", ws, "--", "sh", "-c", "cat /dev/zero > big; echo wrote $?")
+	if !strings.Contains(r.Stdout, "wrote 1") {
+		t.Fatalf("the tool did not fill the disk: exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
+	}
+	var rec *event.CallRecord
+	for _, c := range bermbin.Calls(t, state) {
+		if c.Start.CallID == "filler" {
+			rec = c.Record
+		}
+	}
+	if rec == nil {
+		t.Fatal("the call that filled the disk has no record in the journal")
+	}
+	r = run(t, state, "--call-id", "after", "--workspace", ws, "--", "true")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "refusing to start calls until there is room") {
+		t.Fatalf("a call on the full disk: exit %d, stderr %q; want a refusal that says why", r.Exit, r.Stderr)
+	}
+	os.Remove(filepath.Join(ws, "big"))
+	if r = run(t, state, "--call-id", "after-2", "--workspace", ws, "--", "true"); r.Exit != 0 {
+		t.Fatalf("a call once there is room again: exit %d\n%s", r.Exit, r.Stderr)
+	}
+}

@@ -458,8 +458,11 @@ func bindInto(src, dst string, readOnly bool) error {
 	return nil
 }
 
+// loopbackUp brings the call's lo up. The interface ioctls are the device layer's, reached
+// through any socket: a unix one needs no inet socket, which berm's cgroup hooks refuse to a
+// cgroup not registered as a call yet.
 func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket for loopback: %w", err)
 	}
