@@ -141,6 +141,9 @@ func New(cfg Config) (a *Agent, err error) {
 		a.net = nil
 	} else {
 		a.layers = append(a.layers, event.LayerCgroupSock)
+		if a.net.FailOpen != "" {
+			a.log.Warn("network layer: not failing closed for orphaned cgroups", "why", a.net.FailOpen)
+		}
 	}
 	if a.lsm, err = lsm.New(lsm.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {

@@ -78,6 +78,23 @@ struct {
 #define NET_MAX_LEVEL 16
 
 /*
+ * Cgroups attached as calls by any berm agent of this node: every agent's programs attach at
+ * berm's root, and all share this map (pinned in bpffs). Below the root, a cgroup of another
+ * agent's call is that agent's programs' to judge; a cgroup in no agent's call (a process that
+ * outlived its call, a sandbox not claimed yet) gets no network: fail closed.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BERM_MAX_SLOTS * 16);
+	__type(key, __u64);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} berm_net_owned SEC(".maps");
+
+/* 1: refuse cgroups no agent owns (the agent sets it when berm_net_owned is shared) */
+const volatile __u32 fail_closed = 0;
+
+/*
  * The call the current task belongs to. Programs attached to a cgroup also run for every
  * cgroup below it, so a task that made itself a child cgroup inside its call's is found
  * through its nearest registered ancestor, and judged as the call: otherwise nesting would be
@@ -98,6 +115,22 @@ static __always_inline struct berm_call_cfg *net_call(__u64 *cgid)
 			*cgid = id;
 			return cfg;
 		}
+	}
+	return 0;
+}
+
+/* The verdict for a task in no call of this agent's. */
+static __always_inline int unowned_verdict(void)
+{
+	if (!fail_closed)
+		return 1;
+	__u64 id = bpf_get_current_cgroup_id();
+	if (bpf_map_lookup_elem(&berm_net_owned, &id))
+		return 1;
+	for (int level = NET_MAX_LEVEL; level >= 0; level--) {
+		id = bpf_get_current_ancestor_cgroup_id(level);
+		if (id && bpf_map_lookup_elem(&berm_net_owned, &id))
+			return 1; /* another agent's call: its programs judge */
 	}
 	return 0;
 }
@@ -174,8 +207,7 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
 	if (!cfg)
-		return 0; /* fail closed: below berm's root, a cgroup no call owns (a process that
-			   * outlived its call, a warm sandbox not claimed yet) has no egress */
+		return unowned_verdict();
 
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = (__u8)ctx->protocol;
@@ -257,7 +289,7 @@ int berm_sock_create(struct bpf_sock *sk)
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
 	if (!cfg)
-		return 0; /* fail closed, as judge_addr */
+		return unowned_verdict();
 
 	__u32 family = sk->family, type = sk->type, protocol = sk->protocol;
 	int ok = 0;

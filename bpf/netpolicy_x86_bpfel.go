@@ -71,6 +71,7 @@ const (
 	NetpolicyMapBermDrops       = "berm_drops"
 	NetpolicyMapBermEvents      = "berm_events"
 	NetpolicyMapBermNetGens     = "berm_net_gens"
+	NetpolicyMapBermNetOwned    = "berm_net_owned"
 	NetpolicyMapBermNetPolicy   = "berm_net_policy"
 	NetpolicyMapBermNetSlots    = "berm_net_slots"
 	NetpolicyMapBermRingIn      = "berm_ring_in"
@@ -80,6 +81,7 @@ const (
 	NetpolicyProgBermSendmsg4   = "berm_sendmsg4"
 	NetpolicyProgBermSendmsg6   = "berm_sendmsg6"
 	NetpolicyProgBermSockCreate = "berm_sock_create"
+	NetpolicyVarFailClosed      = "fail_closed"
 	NetpolicyVarRingShare       = "ring_share"
 	NetpolicyVarUnusedNetEntry  = "unused_net_entry"
 	NetpolicyVarUnusedNetGen    = "unused_net_gen"
@@ -147,6 +149,7 @@ type NetpolicyMapSpecs struct {
 	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
 	BermNetGens   *ebpf.MapSpec `ebpf:"berm_net_gens"`
+	BermNetOwned  *ebpf.MapSpec `ebpf:"berm_net_owned"`
 	BermNetPolicy *ebpf.MapSpec `ebpf:"berm_net_policy"`
 	BermNetSlots  *ebpf.MapSpec `ebpf:"berm_net_slots"`
 	BermRingIn    *ebpf.MapSpec `ebpf:"berm_ring_in"`
@@ -157,6 +160,7 @@ type NetpolicyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyVariableSpecs struct {
+	FailClosed      *ebpf.VariableSpec `ebpf:"fail_closed"`
 	RingShare       *ebpf.VariableSpec `ebpf:"ring_share"`
 	UnusedNetEntry  *ebpf.VariableSpec `ebpf:"unused_net_entry"`
 	UnusedNetGen    *ebpf.VariableSpec `ebpf:"unused_net_gen"`
@@ -191,6 +195,7 @@ type NetpolicyMaps struct {
 	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents    *ebpf.Map `ebpf:"berm_events"`
 	BermNetGens   *ebpf.Map `ebpf:"berm_net_gens"`
+	BermNetOwned  *ebpf.Map `ebpf:"berm_net_owned"`
 	BermNetPolicy *ebpf.Map `ebpf:"berm_net_policy"`
 	BermNetSlots  *ebpf.Map `ebpf:"berm_net_slots"`
 	BermRingIn    *ebpf.Map `ebpf:"berm_ring_in"`
@@ -203,6 +208,7 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermDrops,
 		m.BermEvents,
 		m.BermNetGens,
+		m.BermNetOwned,
 		m.BermNetPolicy,
 		m.BermNetSlots,
 		m.BermRingIn,
@@ -214,6 +220,7 @@ func (m *NetpolicyMaps) Close() error {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyVariables struct {
+	FailClosed      *ebpf.Variable `ebpf:"fail_closed"`
 	RingShare       *ebpf.Variable `ebpf:"ring_share"`
 	UnusedNetEntry  *ebpf.Variable `ebpf:"unused_net_entry"`
 	UnusedNetGen    *ebpf.Variable `ebpf:"unused_net_gen"`

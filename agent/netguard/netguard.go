@@ -43,13 +43,18 @@ type Shared struct {
 
 // Guard is the loaded object; one per node.
 type Guard struct {
+	// FailOpen says why cgroups below berm's root that no call owns keep their network
+	// (no bpffs to share the owners through); empty: they are refused.
+	FailOpen string
+
 	objs  bpf.NetpolicyObjects
 	calls *ebpf.Map
 	gen   atomic.Uint64 // last generation handed out; 0 means none
 
-	mu    sync.Mutex
-	slots []byte                  // berm_net_slots, mmapped: the generation in effect per slot
-	owner [tracer.MaxSlots]uint64 // cgroup whose policy a slot holds, 0: free
+	mu     sync.Mutex
+	slots  []byte                  // berm_net_slots, mmapped: the generation in effect per slot
+	owner  [tracer.MaxSlots]uint64 // cgroup whose policy a slot holds, 0: free
+	closed bool
 
 	gc gc
 
@@ -81,6 +86,18 @@ func New(shared Shared) (g *Guard, err error) {
 		"berm_events": shared.Events,
 		"berm_drops":  shared.Drops,
 	}}
+	// Every agent of the node shares one map of the cgroups attached as calls, pinned in
+	// bpffs: then a cgroup below berm's root that no agent owns can be refused. Without bpffs
+	// each agent would see the others' calls as nobody's, so unowned cgroups are let through.
+	if pinDir, err := ownedPinDir(); err != nil {
+		spec.Maps["berm_net_owned"].Pinning = ebpf.PinNone
+		g.FailOpen = err.Error()
+	} else {
+		opts.Maps.PinPath = pinDir
+		if err := spec.Variables["fail_closed"].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set fail_closed: %w", err)
+		}
+	}
 	// LoadAndAssign closes whatever it created when it fails part way.
 	if err := spec.LoadAndAssign(&g.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
@@ -113,6 +130,13 @@ func (g *Guard) Close() error {
 		errs = append(errs, unix.Munmap(g.slots))
 		g.slots = nil
 	}
+	// The owners map outlives this agent (pinned): what it owned goes with it.
+	for _, id := range g.owner {
+		if id != 0 {
+			_ = g.objs.BermNetOwned.Delete(id)
+		}
+	}
+	g.closed = true
 	g.mu.Unlock()
 	return errors.Join(append(errs, g.objs.Close())...)
 }
@@ -178,6 +202,7 @@ type CallNet struct {
 
 	mu     sync.Mutex
 	held   bool    // this CallNet holds the slot
+	owned  bool    // this CallNet put the cgroup in berm_net_owned
 	cur    version // the version in effect; gen 0 until installed
 	links  []link.Link
 	closed bool
@@ -225,6 +250,10 @@ func (g *Guard) Attach(cgroupDir string, cgroupID uint64, pol *policy.NetPolicy,
 			cn.Close()
 		}
 	}()
+	if err := g.objs.BermNetOwned.Update(cgroupID, uint32(os.Getpid()), ebpf.UpdateAny); err != nil {
+		return nil, fmt.Errorf("attach network policy to %s: own cgroup %d: %w", cgroupDir, cgroupID, err)
+	}
+	cn.owned = true
 
 	v, err := g.install(cgroupID, pol)
 	if err != nil {
@@ -373,5 +402,30 @@ func (cn *CallNet) Close() error {
 		cn.g.mu.Unlock()
 		cn.held = false
 	}
+	if cn.owned {
+		cn.g.mu.Lock()
+		if !cn.g.closed { // a closed Guard disowned its calls already
+			if err := cn.g.objs.BermNetOwned.Delete(cn.cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("disown cgroup %d: %w", cn.cgroupID, err))
+			}
+		}
+		cn.g.mu.Unlock()
+		cn.owned = false
+	}
 	return errors.Join(errs...)
+}
+
+// OwnedPinDir is where the map of cgroups owned by berm agents is pinned.
+const OwnedPinDir = "/sys/fs/bpf/berm"
+
+// ownedPinDir makes the pin directory on bpffs, or says why there is none.
+func ownedPinDir() (string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(OwnedPinDir), &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		return "", fmt.Errorf("no bpffs at %s (mount -t bpf bpf %s): cgroups below berm's root that no call owns keep their network", filepath.Dir(OwnedPinDir), filepath.Dir(OwnedPinDir))
+	}
+	if err := os.MkdirAll(OwnedPinDir, 0o700); err != nil {
+		return "", fmt.Errorf("pin directory: %w", err)
+	}
+	return OwnedPinDir, nil
 }

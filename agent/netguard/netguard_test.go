@@ -726,11 +726,52 @@ func TestUnregisteredUnderRootFailsClosed(t *testing.T) {
 	if res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort)); res["allowed"] != "ok" {
 		t.Fatalf("registered call: allowed connect %v, want ok", res)
 	}
+	// The call ends (its policy and ownership go) and is unregistered; a process is left.
+	if err := cn.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.tr.Unregister(c.id); err != nil {
 		t.Fatal(err)
+	}
+	if c.g.FailOpen != "" {
+		testutil.Unavailable(t, "fail-closed egress needs the owners map shared in bpffs: %s", c.g.FailOpen)
 	}
 	res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort), fmt.Sprintf("udp socket %d %d 0", unix.AF_INET, unix.SOCK_DGRAM))
 	if res["allowed"] != "EPERM" || res["udp"] != "EPERM" {
 		t.Fatalf("a process in an unregistered cgroup under the root: %v; want every connect EPERM", res)
+	}
+}
+
+// Two agents on one node (bermd and an embedded berm run) attach at the same root: a call of
+// one is not a cgroup nobody owns to the other's programs, so it keeps what its own policy
+// allows.
+func TestAnotherAgentsCallIsNotRefused(t *testing.T) {
+	c := newCallAt(t, false, true)
+	w := newWorld(t)
+	cn, err := c.g.Attach(c.dir, c.id, &w.enforce.Network, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	tr2, err := tracer.New(tracer.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	calls, events, drops := tr2.Shared()
+	g2, err := New(Shared{Calls: calls, Events: events, Drops: drops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if g2.FailOpen != "" {
+		testutil.Unavailable(t, "fail-closed egress needs the owners map shared in bpffs: %s", g2.FailOpen)
+	}
+	if err := g2.AttachRoot(filepath.Dir(c.dir)); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := c.run(t, fmt.Sprintf("allowed tcp 127.0.0.1 %d", w.allowPort), fmt.Sprintf("denied tcp 127.0.0.1 %d", w.denyPort))
+	if res["allowed"] != "ok" || res["denied"] != "EPERM" {
+		t.Fatalf("a call of one agent under another's programs too: %v; want its own policy's verdicts (allowed ok, denied EPERM)", res)
 	}
 }
