@@ -1,6 +1,7 @@
 package schemagen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,13 +59,18 @@ func TestAddingAFieldIsOneEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, last, err := existingColumns(filepath.Join(root, "collector/schema/legacy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig := fmt.Sprintf("%04d_add_sandbox.sql", last+1)
 	for _, want := range []struct{ file, text string }{
 		{"collector/scan_gen.go", "if sc.has(`,\"sandbox\":`) {\n\t\tx.Sandbox = sc.nonEmpty()"},
 		{"collector/scan_gen.go", "if sc.has(`,\"inode\":`) {\n\t\tx.Inode = sc.uint64()\n\t\tsc.check(x.Inode != 0)"},
 		{"collector/rows_gen.go", "sandbox:   e.Sandbox,"},
 		{"collector/rows_gen.go", `cols = append(cols, column{"sandbox", r.sandbox})`},
-		{"collector/schema/legacy/0003_add_sandbox.sql", "ALTER TABLE {{.Alter \"events\"}}{{.OnCluster}} ADD COLUMN sandbox String;"},
-		{"collector/schema/modern/0003_add_sandbox.sql", "ADD COLUMN IF NOT EXISTS sandbox LowCardinality(String);"},
+		{"collector/schema/legacy/" + mig, "ALTER TABLE {{.Alter \"events\"}}{{.OnCluster}} ADD COLUMN sandbox String;"},
+		{"collector/schema/modern/" + mig, "ADD COLUMN IF NOT EXISTS sandbox LowCardinality(String);"},
 		{"agent/event/FIELDS.md", "| Sandbox | `sandbox` (omitted when empty) | `string` | `sandbox` | Sandbox names the sandbox flavour. |"},
 		{"agent/event/FIELDS.md", "| Inode | `inode` (omitted when empty) | `uint64` |  | inode of the opened file |"},
 	} {
@@ -74,7 +80,7 @@ func TestAddingAFieldIsOneEdit(t *testing.T) {
 	}
 	// Generated again with the new migration in place: nothing more to add.
 	for _, d := range []string{"legacy", "modern"} {
-		p := "collector/schema/" + d + "/0003_add_sandbox.sql"
+		p := "collector/schema/" + d + "/" + mig
 		if err := os.WriteFile(filepath.Join(root, p), files[p], 0o644); err != nil {
 			t.Fatal(err)
 		}
