@@ -368,6 +368,9 @@ type Result struct {
 	CPUTimeNs   uint64
 	PeakMemory  uint64
 	OutputBytes int64
+	// Leftovers: what the launcher found (and did) in the workspace after the call.
+	Leftovers          []event.Leftover
+	LeftoversTruncated bool
 }
 
 // End stops tracing the call once every event it produced has gone through the pipeline, and
@@ -396,6 +399,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
 		Syscalls: map[string]uint64{}, Denials: c.denials,
+		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
 	}
 	counts, err := a.tr.TakeSyscallCounts(c.slot)
 	if err != nil {

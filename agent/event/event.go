@@ -138,7 +138,7 @@ type Drop struct {
 
 // Limit is a resource cap the call hit.
 type Limit struct {
-	Resource string `json:"resource"` // memory, pids, wall_time, output, tmp
+	Resource string `json:"resource"` // memory, pids, wall_time, output, tmp, tmp_inodes, disk, inodes
 	Limit    int64  `json:"limit"`
 	Detail   string `json:"detail,omitempty"`
 }

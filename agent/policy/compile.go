@@ -48,6 +48,8 @@ type Compiled struct {
 	Isolation    NetworkIsolation
 	Capabilities []string
 	Limits       Resources
+	// AllowSpecialFiles keeps the FIFOs, sockets and devices a call leaves in its workspace.
+	AllowSpecialFiles bool
 
 	Rules []Rule
 
@@ -87,6 +89,8 @@ func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 		Isolation:    p.Spec.Isolation.Network,
 		Capabilities: slices.Clone(p.Spec.Isolation.Capabilities),
 		Limits:       p.Spec.Resources,
+
+		AllowSpecialFiles: p.Spec.Filesystem.AllowSpecialFiles,
 	}
 	var errs Errors
 	errs = append(errs, p.compileSeccomp(c)...)
@@ -139,6 +143,7 @@ func (c *Compiled) encode(w io.Writer) {
 	l := c.Limits
 	fmt.Fprintf(w, "limits mem=%d pids=%d millicpus=%d wall=%d output=%d tmp=%d\n",
 		l.MemoryBytes, l.Pids, l.MilliCPUs, int64(l.WallTime), l.OutputBytes, l.TmpSizeBytes)
+	fmt.Fprintf(w, "quota tmpinodes=%d disk=%d inodes=%d specialfiles=%t\n", l.TmpInodes, l.DiskBytes, l.Inodes, c.AllowSpecialFiles)
 	fmt.Fprintf(w, "landlock abi=%d fs=%#x net=%#x scoped=%#x\n", c.LandlockABI, c.Landlock.HandledFS, c.Landlock.HandledNet, c.Landlock.Scoped)
 	for _, r := range c.Landlock.Paths {
 		fmt.Fprintf(w, "path %s %#x\n", q(c.unplace(r.Path)), r.Access)
