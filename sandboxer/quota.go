@@ -41,6 +41,10 @@ type callQuota struct {
 	allowSpecial, audit bool
 }
 
+// ctimeMargin: the ctime of what the call changes is at or after its start, but file systems
+// stamp it from a coarse clock, a jiffy (4-10 ms) behind time.Now at most.
+const ctimeMargin = 100 * time.Millisecond
+
 // newCallQuota opens the workspace for the call's quota and takes the budget's baseline; the
 // tool must not have started yet.
 func newCallQuota(workspace string, c *policy.Compiled) (*callQuota, error) {
@@ -48,9 +52,7 @@ func newCallQuota(workspace string, c *policy.Compiled) (*callQuota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s for its quota: %w", workspace, err)
 	}
-	// ctime of the call's leftovers is at or after its start; file systems stamp it from a
-	// coarse clock, a jiffy (4-10 ms) behind time.Now at most.
-	q := &callQuota{dir: dir, since: time.Now().Add(-100 * time.Millisecond),
+	q := &callQuota{dir: dir, since: time.Now().Add(-ctimeMargin),
 		allowSpecial: c.AllowSpecialFiles, audit: c.Mode == policy.Audit}
 	q.disk = diskBudget{bytes: c.Limits.DiskBytes, inodes: c.Limits.Inodes}
 	if err := q.disk.baseline(dir); err != nil {
