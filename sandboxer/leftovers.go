@@ -36,7 +36,8 @@ type leftoverScan struct {
 
 	entries   int
 	found     []event.Leftover
-	truncated bool
+	unlisted  int  // acted on, past the report cap
+	truncated bool // the scan stopped before the end of the workspace
 }
 
 const keptAllowed = "kept (spec.filesystem.allowSpecialFiles)"
@@ -160,7 +161,7 @@ func (s *leftoverScan) act(do func() error, done string) string {
 
 func (s *leftoverScan) report(rel, kind, action string) {
 	if len(s.found) >= leftoverReportLimit {
-		s.truncated = true
+		s.unlisted++
 		return
 	}
 	s.found = append(s.found, event.Leftover{Path: rel, Kind: kind, Action: action})
@@ -206,5 +207,5 @@ func (q *callQuota) leftovers(call CallRecorder, workspace string) ([]event.Left
 			Object: path.Join(workspace, lo.Path), Audit: q.audit,
 		}})
 	}
-	return s.found, s.truncated
+	return s.found, s.truncated || s.unlisted > 0
 }

@@ -149,9 +149,12 @@ func TestLeftoverScanBounds(t *testing.T) {
 	for i := range 50 {
 		os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%02d", i)), nil, 0o644)
 	}
-	os.Mkdir(filepath.Join(ws, "z"), 0o755)
+	// More FIFOs than the record lists, over two directories: the second is scanned (and
+	// cleaned) after the list is full.
 	for i := range leftoverReportLimit + 20 {
-		if err := unix.Mkfifo(filepath.Join(ws, "z", fmt.Sprintf("p%03d", i)), 0o644); err != nil {
+		dir := filepath.Join(ws, "z", fmt.Sprint(i%2))
+		os.MkdirAll(dir, 0o755)
+		if err := unix.Mkfifo(filepath.Join(dir, fmt.Sprintf("p%03d", i)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,9 +171,10 @@ func TestLeftoverScanBounds(t *testing.T) {
 	}
 	s = leftoverScan{root: root, since: since, limit: leftoverScanLimit}
 	s.run()
-	left, _ := os.ReadDir(filepath.Join(ws, "z"))
-	if !s.truncated || len(s.found) != leftoverReportLimit || len(left) != 0 {
-		t.Fatalf("flood: truncated %v, listed %d, %d left in the workspace", s.truncated, len(s.found), len(left))
+	left0, _ := os.ReadDir(filepath.Join(ws, "z", "0"))
+	left1, _ := os.ReadDir(filepath.Join(ws, "z", "1"))
+	if s.truncated || len(s.found) != leftoverReportLimit || s.unlisted != 20 || len(left0)+len(left1) != 0 {
+		t.Fatalf("flood: truncated %v, listed %d, unlisted %d, %d left in the workspace", s.truncated, len(s.found), s.unlisted, len(left0)+len(left1))
 	}
 }
 

@@ -406,7 +406,8 @@ func (l *launch) copyOutput(wg *sync.WaitGroup, r *os.File, w io.Writer) {
 }
 
 // watch enforces the caps the kernel does not end a call for: wall time, a refused fork, an
-// OOM kill of one process, a full /tmp; and turns SIGINT/SIGTERM into an orderly end.
+// OOM kill of one process, a full /tmp, the workspace's disk budget; and turns SIGINT/SIGTERM
+// into an orderly end.
 func (l *launch) watch(initPid int, done <-chan struct{}) {
 	lim := l.spec.Limits
 	timer := time.NewTimer(lim.WallTime)
