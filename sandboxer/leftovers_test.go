@@ -178,6 +178,43 @@ func TestLeftoverScanBounds(t *testing.T) {
 	}
 }
 
+// A FIFO hidden deeper than a path can name is not reached: the scan says it is incomplete.
+func TestLeftoverScanTooDeep(t *testing.T) {
+	bermbin.RequireRoot(t)
+	ws := t.TempDir()
+	since := time.Now().Add(-time.Second)
+	root, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(root)
+	dir, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("d", 250)
+	for range 20 { // 20 × 251 bytes: past PATH_MAX
+		if err := unix.Mkdirat(dir, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = next
+	}
+	if err := unix.Mkfifoat(dir, "result.csv", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(dir)
+	s := leftoverScan{root: root, since: since, limit: leftoverScanLimit}
+	s.run()
+	if !s.truncated {
+		t.Fatalf("a FIFO past PATH_MAX was not reached and the scan claims it is complete (found %+v)", s.found)
+	}
+}
+
 // The scan's cost on a workspace of 100k files (the bound), none of them leftovers.
 func BenchmarkLeftoverScan100k(b *testing.B) {
 	ws := b.TempDir()

@@ -50,6 +50,8 @@ func TestDiskBudgetEndsTheCall(t *testing.T) {
 	}{
 		{"fallocate 4GiB under strict", "", "fallocate -l 4G big; echo allocated; sleep 60", event.EndDiskLimit, "disk"},
 		{"fallocate 4GiB and exit", "", "fallocate -l 4G big", event.EndDiskLimit, "disk"},
+		// Allocated in an unlinked file: no walk of the workspace would find it.
+		{"fallocate 4GiB unlinked", "", "python3 -c 'import os, time\nfd = os.open(\".\", os.O_TMPFILE | os.O_WRONLY, 0o600)\nos.posix_fallocate(fd, 0, 4 << 30)\ntime.sleep(60)'", event.EndDiskLimit, "disk"},
 		{"fallocate kept size", "  resources: {disk: 64Mi}\n", "touch big && fallocate -n -l 1G big; sleep 60", event.EndDiskLimit, "disk"},
 		{"inode flood", "  resources: {inodes: 2000}\n",
 			"mkdir d && python3 -c 'import os\nfor i in range(20000): open(\"d/f%d\" % i, \"w\").close()'; sleep 60", event.EndDiskLimit, "inodes"},
