@@ -98,14 +98,13 @@ func (s *leftoverScan) dir(fd int, rel string, buf []byte, queue []string) []str
 				s.truncated = true
 				return queue
 			}
-			p := path.Join(rel, string(name))
 			switch typ {
 			case unix.DT_DIR:
-				queue = append(queue, p)
+				queue = append(queue, path.Join(rel, string(name)))
 			case unix.DT_LNK:
 			default:
-				if s.entry(fd, string(name), p) {
-					queue = append(queue, p) // a file system without d_type
+				if s.entry(fd, rel, string(name)) {
+					queue = append(queue, path.Join(rel, string(name))) // a file system without d_type
 				}
 			}
 		}
@@ -114,7 +113,7 @@ func (s *leftoverScan) dir(fd int, rel string, buf []byte, queue []string) []str
 
 // entry judges one entry not listed as a directory (by lstat: the name is never followed)
 // and acts on it; it says whether the entry is a directory after all.
-func (s *leftoverScan) entry(dirfd int, name, rel string) (isDir bool) {
+func (s *leftoverScan) entry(dirfd int, dir, name string) (isDir bool) {
 	var st unix.Stat_t
 	if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return false
@@ -125,6 +124,7 @@ func (s *leftoverScan) entry(dirfd int, name, rel string) (isDir bool) {
 	if time.Unix(st.Ctim.Unix()).Before(s.since) {
 		return false // not the call's
 	}
+	rel := path.Join(dir, name)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		if st.Mode&(unix.S_ISUID|unix.S_ISGID) == 0 {
