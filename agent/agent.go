@@ -430,6 +430,9 @@ type Result struct {
 	// stays registered (traced, and judged by the kernel layers) until the launcher reports
 	// its cgroup empty with Release: unregistered, they would be nobody's.
 	Populated bool
+	// Leftovers: what the launcher found (and did) in the workspace after the call.
+	Leftovers          []event.Leftover
+	LeftoversTruncated bool
 }
 
 // BarrierTimeout bounds how long End waits for the call's own events to go through its
@@ -476,6 +479,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
 		Syscalls: map[string]uint64{}, Denials: c.denials,
+		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
 	}
 	counts, err := a.tr.TakeSyscallCounts(c.slot)
 	if err != nil {

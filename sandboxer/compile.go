@@ -45,7 +45,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	env := &callEnv{compiled: c}
 	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: hostname(spec.CallID),
-		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
+		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
 	if c.Mode == policy.Enforce {

@@ -118,6 +118,11 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		return nil, err
 	}
 	defer unix.Close(ws)
+	quota, err := newCallQuota(spec.Workspace, env.compiled)
+	if err != nil {
+		return nil, err
+	}
+	defer quota.close()
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	var sb *sandbox
 	if env.init.NewNet {
@@ -182,7 +187,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &launch{spec: spec, cg: sb.cg, call: call, env: env}
+	l := &launch{spec: spec, cg: sb.cg, call: call, env: env, quota: quota}
 	res := l.run(sb, ws)
 	record, err := call.End(res)
 	if res.Populated {
@@ -230,6 +235,8 @@ type launch struct {
 	cg   *cgroup.Cgroup
 	call CallRecorder
 	env  *callEnv
+	// quota is the call's disk budget and leftover scan on its workspace.
+	quota *callQuota
 
 	mu     sync.Mutex
 	reason event.EndReason // first cap or interruption that ended the call
@@ -317,6 +324,8 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		res.Populated = true
 	}
 	copiers.Wait()
+	// Every process of the call is gone: what it left in the workspace stays as it is now.
+	res.Leftovers, res.LeftoversTruncated = l.quota.leftovers(l.call, spec.Workspace)
 	ev := l.cg.Events()
 	stats := l.cg.Stats()
 	res.CPUTimeNs, res.PeakMemory, res.OutputBytes = stats.CPUTimeNs, stats.PeakMemory, l.output.Load()
@@ -334,6 +343,12 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	if reason == "" && ev.PidsMax > 0 {
 		reason, detail = event.EndPidsLimit, fmt.Sprintf("process cap of %d", spec.Limits.Pids)
 		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: event.ResourcePids, Limit: spec.Limits.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)}})
+	}
+	if reason == "" {
+		if d, lim := l.quota.exceeded(); lim != nil {
+			reason, detail = event.EndDiskLimit, d
+			l.call.Emit(event.Event{Kind: event.KindLimit, Limit: lim})
+		}
 	}
 	switch {
 	case reason != "":
@@ -394,7 +409,8 @@ func (l *launch) copyOutput(wg *sync.WaitGroup, r *os.File, w io.Writer) {
 }
 
 // watch enforces the caps the kernel does not end a call for: wall time, a refused fork, an
-// OOM kill of one process, a full /tmp; and turns SIGINT/SIGTERM into an orderly end.
+// OOM kill of one process, a full /tmp, the workspace's disk budget; and turns SIGINT/SIGTERM
+// into an orderly end.
 func (l *launch) watch(initPid int, done <-chan struct{}) {
 	lim := l.spec.Limits
 	timer := time.NewTimer(lim.WallTime)
@@ -434,6 +450,13 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 			if unix.Statfs(tmp, &fs) == nil && fs.Type == unix.TMPFS_MAGIC && fs.Blocks > 0 && fs.Bavail == 0 {
 				l.stop(event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d bytes", lim.TmpBytes),
 					&event.Limit{Resource: event.ResourceTmp, Limit: lim.TmpBytes})
+			}
+			if fs.Type == unix.TMPFS_MAGIC && fs.Files > 0 && fs.Ffree == 0 {
+				l.stop(event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d inodes", fs.Files),
+					&event.Limit{Resource: event.ResourceTmpInodes, Limit: int64(fs.Files)})
+			}
+			if d, lim := l.quota.exceeded(); lim != nil {
+				l.stop(event.EndDiskLimit, d, lim)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ const (
 	EndPidsLimit   EndReason = "pids_limit"   // the tool tried to exceed the process cap
 	EndOutputLimit EndReason = "output_limit" // stdout+stderr exceeded the output cap
 	EndTmpLimit    EndReason = "tmp_limit"    // the private /tmp filled up
+	EndDiskLimit   EndReason = "disk_limit"   // the call added more blocks or inodes to its workspace's file system than its budget
 	EndInterrupted EndReason = "interrupted"  // berm run was interrupted (SIGINT/SIGTERM)
 	EndClientLost  EndReason = "client_lost"  // the launching client went away mid-call (daemon)
 	EndPolicyKill  EndReason = "policy_kill"  // the tool attempted a syscall its policy marks fatal
@@ -79,6 +80,18 @@ type CallRecord struct {
 	// IncompleteReason says otherwise what is missing and why.
 	Complete         bool   `json:"complete" ch:"complete"`
 	IncompleteReason string `json:"incomplete_reason,omitempty" ch:"incomplete_reason"` // what is missing, and why
+	// Leftovers are what the call left in its workspace that the policy does not let stay
+	// there (setuid/setgid bits, FIFOs, sockets, device nodes), with what berm did about each.
+	Leftovers []Leftover `json:"leftovers,omitempty"`
+	// LeftoversTruncated: the scan stopped at its bound, or the list at its cap.
+	LeftoversTruncated bool `json:"leftovers_truncated,omitempty"`
+}
+
+// Leftover is one thing found in the workspace after the call.
+type Leftover struct {
+	Path   string `json:"path"`   // relative to the workspace
+	Kind   string `json:"kind"`   // setuid, setgid, fifo, socket, device
+	Action string `json:"action"` // cleared, removed, kept (allowed by the policy, or audit mode), or why it failed
 }
 
 // Counts are per-kind event totals of the call.

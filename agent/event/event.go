@@ -198,7 +198,7 @@ type Drop struct {
 
 // Limit is a resource cap the call hit.
 type Limit struct {
-	Resource string `json:"resource"`         // Resource* names: memory, pids, wall_time, output, tmp
+	Resource string `json:"resource"`         // Resource* names: memory, pids, wall_time, output, tmp, tmp_inodes, disk, inodes
 	Limit    int64  `json:"limit"`            // the cap (bytes, processes, nanoseconds)
 	Detail   string `json:"detail,omitempty"` // what happened at the cap
 }

@@ -14,6 +14,7 @@ const (
 	LayerCgroupSock   = "bpf-cgroup-sock" // cgroup socket hooks: egress by address and port, socket types
 	LayerLSM          = "bpf-lsm"         // BPF LSM file policy (where the kernel allows trampolines)
 	LayerCapabilities = "capabilities"    // the kernel's capability checks (the call has none)
+	LayerLeftovers    = "leftovers"       // the launcher's sweep of the workspace after the call
 )
 
 // Surfaces are the six sandbox surfaces a call is bounded by: every denial, alert and limit is
@@ -33,9 +34,12 @@ var Surfaces = []string{SurfaceIsolation, SurfaceResource, SurfacePolicy, Surfac
 // Resources are the caps a call can hit (Limit.Resource); each ends the call with its own
 // EndReason.
 const (
-	ResourceMemory   = "memory"
-	ResourcePids     = "pids"
-	ResourceWallTime = "wall_time"
-	ResourceOutput   = "output"
-	ResourceTmp      = "tmp"
+	ResourceMemory    = "memory"
+	ResourcePids      = "pids"
+	ResourceWallTime  = "wall_time"
+	ResourceOutput    = "output"
+	ResourceTmp       = "tmp"
+	ResourceTmpInodes = "tmp_inodes"
+	ResourceDisk      = "disk"   // bytes the call added to its workspace's file system
+	ResourceInodes    = "inodes" // inodes the call added there
 )

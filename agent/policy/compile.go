@@ -51,6 +51,8 @@ type Compiled struct {
 	// EventBudget bounds the call's one-by-one events (Observability.EventBudget). It is not
 	// part of the hash: it changes what is recorded, not what is enforced.
 	EventBudget int64
+	// AllowSpecialFiles keeps the FIFOs, sockets and devices a call leaves in its workspace.
+	AllowSpecialFiles bool
 
 	Rules []Rule
 
@@ -85,12 +87,13 @@ func (c *Compiled) RuleByID(id uint32) (Rule, bool) {
 // Compile turns the policy into kernel-ready form for one call. Errors name the field at fault.
 func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 	c := &Compiled{
-		Name:         p.Metadata.Name,
-		Mode:         p.Spec.Mode,
-		Isolation:    p.Spec.Isolation.Network,
-		Capabilities: slices.Clone(p.Spec.Isolation.Capabilities),
-		Limits:       p.Spec.Resources,
-		EventBudget:  p.Spec.Observability.EventBudget,
+		Name:              p.Metadata.Name,
+		Mode:              p.Spec.Mode,
+		Isolation:         p.Spec.Isolation.Network,
+		Capabilities:      slices.Clone(p.Spec.Isolation.Capabilities),
+		Limits:            p.Spec.Resources,
+		EventBudget:       p.Spec.Observability.EventBudget,
+		AllowSpecialFiles: p.Spec.Filesystem.AllowSpecialFiles,
 	}
 	var errs Errors
 	errs = append(errs, p.compileSeccomp(c)...)
@@ -143,6 +146,7 @@ func (c *Compiled) encode(w io.Writer) {
 	l := c.Limits
 	fmt.Fprintf(w, "limits mem=%d pids=%d millicpus=%d wall=%d output=%d tmp=%d\n",
 		l.MemoryBytes, l.Pids, l.MilliCPUs, int64(l.WallTime), l.OutputBytes, l.TmpSizeBytes)
+	fmt.Fprintf(w, "quota tmpinodes=%d disk=%d inodes=%d specialfiles=%t\n", l.TmpInodes, l.DiskBytes, l.Inodes, c.AllowSpecialFiles)
 	fmt.Fprintf(w, "landlock abi=%d fs=%#x net=%#x scoped=%#x\n", c.LandlockABI, c.Landlock.HandledFS, c.Landlock.HandledNet, c.Landlock.Scoped)
 	for _, r := range c.Landlock.Paths {
 		fmt.Fprintf(w, "path %s %#x\n", q(c.unplace(r.Path)), r.Access)

@@ -30,8 +30,8 @@ func TestParseValid(t *testing.T) {
 		{"values", header + `spec:
   mode: audit
   isolation: {network: host-filtered, capabilities: [CAP_NET_BIND_SERVICE]}
-  resources: {memory: 1Gi, pids: 10, cpus: 500m, wallTime: 90s, outputBytes: 1000, tmpSize: 2M}
-  filesystem: {read: ["${WORKSPACE}/src"], write: [], exec: ["/opt/tool"], deny: []}
+  resources: {memory: 1Gi, pids: 10, cpus: 500m, wallTime: 90s, outputBytes: 1000, tmpSize: 2M, tmpInodes: 64, disk: 3Gi, inodes: 500}
+  filesystem: {read: ["${WORKSPACE}/src"], write: [], exec: ["/opt/tool"], deny: [], allowSpecialFiles: true}
   network:
     egress:
       - {cidr: 10.0.0.0/8, ports: [443, "8000-8100"]}
@@ -39,8 +39,12 @@ func TestParseValid(t *testing.T) {
 `, func(t *testing.T, p *Policy) {
 			r := p.Spec.Resources
 			if p.Spec.Mode != Audit || r.MemoryBytes != 1<<30 || r.Pids != 10 || r.MilliCPUs != 500 ||
-				r.WallTime != 90*time.Second || r.OutputBytes != 1000 || r.TmpSizeBytes != 2e6 {
+				r.WallTime != 90*time.Second || r.OutputBytes != 1000 || r.TmpSizeBytes != 2e6 ||
+				r.TmpInodes != 64 || r.DiskBytes != 3<<30 || r.Inodes != 500 {
 				t.Errorf("resources %+v", r)
+			}
+			if !p.Spec.Filesystem.AllowSpecialFiles {
+				t.Error("allowSpecialFiles: true was not read")
 			}
 			e := p.Spec.Network.Egress
 			if len(e) != 2 || e[0].CIDR != netip.MustParsePrefix("10.0.0.0/8") || e[0].Protocol != TCP ||
@@ -82,10 +86,16 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"bad size", header + "spec:\n  resources:\n    memory: lots\n",
 			[]string{`p.yaml:7:13: spec.resources.memory: expected a size like 512Mi, got "lots"`}},
+		{"bad quotas", header + "spec:\n  resources: {disk: 0, inodes: -1, tmpInodes: many}\n",
+			[]string{
+				`p.yaml:6:21: spec.resources.disk: expected a size like 512Mi, got 0`,
+				`p.yaml:6:32: spec.resources.inodes: expected a positive whole number, got -1`,
+				`p.yaml:6:47: spec.resources.tmpInodes: expected a positive whole number, got "many"`,
+			}},
 		{"unknown fields everywhere, all reported", header + "spec:\n  resource: {}\n  filesystem:\n    reads: []\nextra: 1\n",
 			[]string{
 				`p.yaml:6:3: spec.resource: unknown field, expected one of approvals, credentials, filesystem, isolation, mode, network, observability, resources, syscalls`,
-				`p.yaml:8:5: spec.filesystem.reads: unknown field, expected one of deny, exec, read, write`,
+				`p.yaml:8:5: spec.filesystem.reads: unknown field, expected one of allowSpecialFiles, deny, exec, read, write`,
 				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, kind, metadata, spec`,
 			}},
 		{"missing top level", "kind: ToolPolicy\n",

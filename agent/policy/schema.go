@@ -96,16 +96,20 @@ func (d *decoder) resources(n *yaml.Node, field string, r *Resources) {
 		"wallTime":    func(n *yaml.Node, f string) { d.duration(n, f, &r.WallTime) },
 		"outputBytes": func(n *yaml.Node, f string) { d.size(n, f, &r.OutputBytes) },
 		"tmpSize":     func(n *yaml.Node, f string) { d.size(n, f, &r.TmpSizeBytes) },
-	}, d.required("memory", "pids", "cpus", "wallTime", "outputBytes", "tmpSize")...)
+		"tmpInodes":   func(n *yaml.Node, f string) { d.count(n, f, &r.TmpInodes) },
+		"disk":        func(n *yaml.Node, f string) { d.size(n, f, &r.DiskBytes) },
+		"inodes":      func(n *yaml.Node, f string) { d.count(n, f, &r.Inodes) },
+	}, d.required("memory", "pids", "cpus", "wallTime", "outputBytes", "tmpSize", "tmpInodes", "disk", "inodes")...)
 }
 
 func (d *decoder) filesystem(n *yaml.Node, field string, fs *Filesystem) {
 	d.mapping(n, field, fields{
-		"read":  func(n *yaml.Node, f string) { list(d, n, f, &fs.Read, d.path) },
-		"write": func(n *yaml.Node, f string) { list(d, n, f, &fs.Write, d.path) },
-		"exec":  func(n *yaml.Node, f string) { list(d, n, f, &fs.Exec, d.path) },
-		"deny":  func(n *yaml.Node, f string) { list(d, n, f, &fs.Deny, d.path) },
-	}, d.required("read", "write", "exec", "deny")...)
+		"read":              func(n *yaml.Node, f string) { list(d, n, f, &fs.Read, d.path) },
+		"write":             func(n *yaml.Node, f string) { list(d, n, f, &fs.Write, d.path) },
+		"exec":              func(n *yaml.Node, f string) { list(d, n, f, &fs.Exec, d.path) },
+		"deny":              func(n *yaml.Node, f string) { list(d, n, f, &fs.Deny, d.path) },
+		"allowSpecialFiles": func(n *yaml.Node, f string) { d.boolean(n, f, &fs.AllowSpecialFiles) },
+	}, d.required("read", "write", "exec", "deny", "allowSpecialFiles")...)
 }
 
 // path accepts an absolute path or one under a placeholder, already clean: a policy path is

@@ -85,6 +85,11 @@ type Resources struct {
 	WallTime     time.Duration
 	OutputBytes  int64 // captured stdout+stderr
 	TmpSizeBytes int64 // size of the private /tmp
+	TmpInodes    int64 // files and directories the private /tmp holds at most
+	// DiskBytes and Inodes are what the call may add to its workspace's file system: blocks
+	// allocated (fallocate counts, sparse holes do not) and inodes created.
+	DiskBytes int64
+	Inodes    int64
 }
 
 // Filesystem lists path trees; each entry is absolute or starts with ${WORKSPACE} or ${TMP}.
@@ -94,6 +99,10 @@ type Filesystem struct {
 	Write []string
 	Exec  []string
 	Deny  []string
+	// AllowSpecialFiles lets FIFOs, sockets and device nodes the call leaves in its workspace
+	// stay there; by default they are removed after the call (a FIFO left under a result
+	// file's name would block a host reader forever).
+	AllowSpecialFiles bool
 }
 
 type Network struct {

@@ -60,6 +60,7 @@ type Config struct {
 	Workspace string   `json:"workspace"`
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmp_bytes"`
+	TmpInodes int64    `json:"tmp_inodes,omitempty"` // 0: the kernel's default
 	UID       uint32   `json:"uid"`
 	GID       uint32   `json:"gid"`
 	NewNet    bool     `json:"new_net"`
@@ -305,7 +306,7 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 			return err
 		}
 	}
-	if err := mountTmp(in("/tmp"), cfg.TmpBytes); err != nil {
+	if err := mountTmp(in("/tmp"), cfg.TmpBytes, cfg.TmpInodes); err != nil {
 		return err
 	}
 	// The workspace at its own path (after /tmp: it may live under it), its sub-mounts masked.
@@ -347,7 +348,7 @@ func hostRootMounts(cfg *Config, ws int) error {
 	if err := mountProc("/proc"); err != nil {
 		return err
 	}
-	if err := mountTmp("/tmp", cfg.TmpBytes); err != nil {
+	if err := mountTmp("/tmp", cfg.TmpBytes, cfg.TmpInodes); err != nil {
 		return err
 	}
 	if err := bindWorkspace(ws, cfg.Workspace, cfg.Workspace); err != nil {
@@ -364,9 +365,13 @@ func mountProc(dir string) error {
 	return nil
 }
 
-// mountTmp mounts the call's private, size-capped /tmp at dir.
-func mountTmp(dir string, size int64) error {
+// mountTmp mounts the call's private /tmp at dir, capped in bytes and in inodes (a tool
+// making empty files would otherwise pin kernel memory without filling a byte).
+func mountTmp(dir string, size, inodes int64) error {
 	opts := fmt.Sprintf("size=%d,mode=1777", size)
+	if inodes > 0 {
+		opts += fmt.Sprintf(",nr_inodes=%d", inodes)
+	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
