@@ -249,7 +249,7 @@ func TestCompileSeccomp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nr := sysnr(t, tc.sys)
-			r, ok := tc.c.SyscallRuleFor(nr, tc.arg0)
+			r, ok := tc.c.SyscallRuleFor(nr, [6]uint64{tc.arg0})
 			if !ok {
 				if tc.action != "" {
 					t.Fatalf("no rule, want %s", tc.action)
