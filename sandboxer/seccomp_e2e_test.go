@@ -2,6 +2,7 @@ package sandboxer_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -110,5 +111,86 @@ flood("after", -1)`
 	}
 	if rec.Dropped.Kernel+rec.Dropped.User == 0 {
 		t.Fatal("the flood lost no event: this run does not show a kill independent of the trail")
+	}
+}
+
+// The strict policy's argument-narrowed refusals, made by a real tool through berm run: each
+// fails with the filter's errno and is a seccomp denial in the timeline naming its policy
+// field; the same syscalls with harmless arguments pass.
+func TestStrictNarrowedRefusals(t *testing.T) {
+	bermbin.RequireRoot(t)
+	py := `import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+buf = ctypes.create_string_buffer(64)
+def sc(name, nr, *a):
+    a = [buf if x == "buf" else ctypes.c_long(x) for x in a]
+    r = libc.syscall(nr, *a)
+    print(name, r, ctypes.get_errno() if r < 0 else 0, flush=True)
+sc("tiocsti", 16, 0, 0x5412, "buf")
+sc("tioclinux", 16, 0, 0x541c, "buf")
+sc("tiocsti-high", 16, 0, (1 << 32) | 0x5412, "buf")
+sc("inotify_init1", 294, 0)
+sc("fanotify_init", 300, 0x200, 0)
+sc("memfd-exec", 319, "buf", 0x10)
+sc("memfd-plain", 319, "buf", 1)
+sc("socket-ax25", 41, 3, 2, 0)
+sc("socket-netlink", 41, 16, 3, 0)
+sc("socketpair-inet", 53, 2, 1, 0, "buf")
+sc("socket-inet", 41, 2, 2, 0)
+`
+	state := t.TempDir()
+	r := run(t, state, "--call-id", "narrowed", "--", "python3", "-c", py)
+	if r.Exit != 0 {
+		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
+	}
+	got := map[string][2]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			got[f[0]] = [2]string{f[1], f[2]}
+		}
+	}
+	eperm, noaf := fmt.Sprint(int(unix.EPERM)), fmt.Sprint(int(unix.EAFNOSUPPORT))
+	tl := bermbin.Timeline(t, state, "narrowed")
+	for _, tc := range []struct {
+		probe, errno, syscall, field string // errno "": succeeds, no denial
+	}{
+		{"tiocsti", eperm, "ioctl", "spec.syscalls.denyTerminalInjection"},
+		{"tioclinux", eperm, "ioctl", "spec.syscalls.denyTerminalInjection"},
+		{"tiocsti-high", eperm, "ioctl", "spec.syscalls.denyTerminalInjection"},
+		{"inotify_init1", eperm, "inotify_init1", "spec.syscalls.denyFileWatch"},
+		{"fanotify_init", eperm, "fanotify_init", "spec.syscalls.denyFileWatch"},
+		{"memfd-exec", eperm, "memfd_create", "spec.syscalls.denyExecutableMemfd"},
+		{"memfd-plain", "", "memfd_create", ""},
+		{"socket-ax25", noaf, "socket", "spec.network.allowNetlink"},
+		{"socket-netlink", noaf, "socket", "spec.network.allowNetlink"},
+		{"socketpair-inet", noaf, "socketpair", "spec.network.allowNetlink"},
+		{"socket-inet", "", "socket", ""},
+	} {
+		res, ok := got[tc.probe]
+		switch {
+		case !ok:
+			t.Errorf("%s: no result in %q", tc.probe, r.Stdout)
+		case tc.errno == "" && res[0] == "-1":
+			t.Errorf("%s: refused with errno %s", tc.probe, res[1])
+		case tc.errno != "" && (res[0] != "-1" || res[1] != tc.errno):
+			t.Errorf("%s: got %v, want -1 errno %s", tc.probe, res, tc.errno)
+		}
+	}
+	named := map[string]int{}
+	for _, e := range tl.Events {
+		if d := e.Denial; d != nil && d.Layer == "seccomp" {
+			field, _, _ := strings.Cut(d.Rule, ":")
+			named[d.Object+" "+field]++
+		}
+	}
+	for key, n := range map[string]int{
+		"ioctl spec.syscalls.denyTerminalInjection": 3, "inotify_init1 spec.syscalls.denyFileWatch": 1,
+		"fanotify_init spec.syscalls.denyFileWatch": 1, "memfd_create spec.syscalls.denyExecutableMemfd": 1,
+		"socket spec.network.allowNetlink": 2, "socketpair spec.network.allowNetlink": 1,
+	} {
+		if named[key] != n {
+			t.Errorf("%d seccomp denials %q, want %d (all: %v)", named[key], key, n, named)
+		}
 	}
 }
