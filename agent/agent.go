@@ -221,8 +221,8 @@ type Call struct {
 	net       *netguard.CallNet
 	lsm       bool
 	cgroupDir string
-	// killed says why the agent ended the call itself (a fatal syscall was attempted).
-	killed string
+	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
+	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
 	// traced like everything else but not judged as the tool's.
 	initPID uint32
@@ -386,18 +386,6 @@ func (a *Agent) detachLayers(c *Call) error {
 	return errors.Join(errs...)
 }
 
-// killFatal ends a call that attempted a syscall its policy marks fatal. The kill happens
-// here, on the event path, a few microseconds after the refused attempt.
-func (a *Agent) killFatal(c *Call, name string) {
-	if c.killed != "" || c.cgroupDir == "" || a.cfg.Kill == nil {
-		return
-	}
-	c.killed = "fatal syscall attempted: " + name + " (spec.syscalls.fatal)"
-	if err := a.cfg.Kill(c.cgroupDir); err != nil {
-		a.log.Error("kill call on fatal syscall", "call_id", c.Start.CallID, "err", err)
-	}
-}
-
 // UpdateNetwork hot-reloads a running call's egress policy, atomically.
 func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	if c.net == nil {
@@ -470,9 +458,12 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	// The worker stops after the event at hand; what it never took counts as lost.
 	late := c.stop()
 
-	if c.killed != "" {
-		res.Reason, res.Detail = event.EndPolicyKill, c.killed
-		res.ExitSignal, res.ExitStatus, res.ExitCode = 9, 137, 0
+	// SIGSYS is how the seccomp filter kills a fatal syscall's process: named even when its
+	// event was lost.
+	if (c.fatal != "" || res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS)) && c.policy != nil {
+		if detail, ok := c.policy.FatalEnd(c.fatal); ok {
+			res.Reason, res.Detail = event.EndPolicyKill, detail
+		}
 	}
 	rec := &event.CallRecord{
 		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
@@ -580,7 +571,14 @@ func (a *Agent) append(c *Call, ev event.Event) {
 			d.Exec, d.Fork, d.Exit, d.Open, d.Connect, d.Syscall = nil, nil, nil, nil, nil, nil
 			a.append(c, d)
 			if ev.Syscall != nil && denial.Layer == event.LayerSeccomp && !denial.Audit && c.policy != nil && c.policy.Fatal[ev.Syscall.Nr] {
-				a.killFatal(c, ev.Syscall.Name)
+				// The filter killed the process that tried it, whatever became of this
+				// event; seen, the rest of the call goes too (a child's attempt ends the call).
+				if c.fatal == "" && a.cfg.Kill != nil && c.cgroupDir != "" {
+					if err := a.cfg.Kill(c.cgroupDir); err != nil {
+						a.log.Error("end a call after its fatal syscall", "call_id", c.Start.CallID, "err", err)
+					}
+				}
+				c.fatal = ev.Syscall.Name
 			}
 		}
 	}

@@ -89,6 +89,11 @@ var e2eCases = []e2eCase{
 	{rule: "exec-fileless", cmd: pySyscall("fd = os.memfd_create('payload')\nos.write(fd, open('/bin/true', 'rb').read())\nos.execv('/proc/self/fd/%d' % fd, ['payload'])\n")},
 	{rule: "exec-from-writable-dir", cmd: sh("cp /bin/true /tmp/t && /tmp/t")},
 	{rule: "exec-interpreter-shell", cmd: []string{py, "-c", "import os; os.system('true')"}},
+	// writable-exec.yaml
+	{rule: "exec-loader-direct", cmd: sh("cp /bin/true /tmp/t && /lib64/ld-linux-x86-64.so.2 /tmp/t; true")},
+	{rule: "exec-memory-executable", cmd: pySyscall("sc(319, b'x', 0x10)\n")},
+	{rule: "exec-preload-writable", cmd: sh("cp /usr/lib/x86_64-linux-gnu/libm.so.6 /tmp/libx.so && env LD_PRELOAD=/tmp/libx.so /bin/true; true")},
+	{rule: "exec-library-from-writable-dir", cmd: sh("cp /usr/lib/x86_64-linux-gnu/libm.so.6 /tmp/libx.so && LD_PRELOAD=/tmp/libx.so /bin/true; true")},
 	// credential.yaml
 	{rule: "credential-system-files", cmd: sh("cat /etc/shadow >/dev/null 2>&1; true")},
 	{rule: "credential-secret-files", cmd: sh("cat /root/.aws/credentials /root/.ssh/id_rsa >/dev/null 2>&1; true")},

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy/landlock"
 )
 
@@ -56,7 +55,8 @@ type Compiled struct {
 
 	Rules []Rule
 
-	// Fatal are the syscalls (by number) whose refused attempt ends the call.
+	// Fatal are the syscalls (by number) whose refused attempt the filter answers with a kill
+	// of the process (SECCOMP_RET_KILL_PROCESS).
 	Fatal map[uint32]bool
 
 	placeholders [][2]string // canonical path -> placeholder, for a call-independent hash
@@ -103,19 +103,6 @@ func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 		return nil, errs
 	}
 	slices.Sort(c.Capabilities)
-	for i, name := range p.Spec.Syscalls.Fatal {
-		nr, err := event.SyscallNumber(name)
-		if err != nil {
-			return nil, Errors{p.fail(fmt.Sprintf("spec.syscalls.fatal[%d]", i), "unknown syscall %q", name)}
-		}
-		if _, denied := c.SyscallRuleFor(nr, ^uint64(0)); !denied {
-			return nil, Errors{p.fail(fmt.Sprintf("spec.syscalls.fatal[%d]", i), "%s is not denied by this policy: only a refused attempt can be fatal", name)}
-		}
-		if c.Fatal == nil {
-			c.Fatal = map[uint32]bool{}
-		}
-		c.Fatal[nr] = true
-	}
 	return c, nil
 }
 

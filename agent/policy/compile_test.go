@@ -220,7 +220,7 @@ func TestCompileSeccomp(t *testing.T) {
 	}
 	strict := compile("  mode: enforce\n")
 	audit := compile("  mode: audit\n")
-	allow := compile("  syscalls: {allow: [read, write, unshare, setns], defaultAction: kill}\n")
+	allow := compile("  syscalls: {allow: [read, write, unshare, setns, ioctl, socket], defaultAction: kill}\n")
 	noNS := compile("  syscalls: {deny: [ptrace], denyNewNamespaces: false}\n")
 	for _, tc := range []struct {
 		name   string
@@ -246,10 +246,14 @@ func TestCompileSeccomp(t *testing.T) {
 		{"namespace rule beats allow", allow, "setns", 0, "errno EPERM", "spec.syscalls.denyNewNamespaces"},
 		{"allow list default", allow, "ptrace", 0, "", ""},
 		{"namespaces allowed", noNS, "unshare", unix.CLONE_NEWUSER, "", ""},
+		{"allow list keeps the family allowlist", allow, "socket", unix.AF_PACKET, "errno EAFNOSUPPORT", "spec.network.allowNetlink"},
+		{"allow list socket", allow, "socket", unix.AF_INET6, "allow", "spec.syscalls.allow[5]"},
+		{"audit families", audit, "socket", unix.AF_VSOCK, "log", "spec.network.allowNetlink"},
+		{"inotify", strict, "inotify_init", 0, "errno EPERM", "spec.syscalls.denyFileWatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nr := sysnr(t, tc.sys)
-			r, ok := tc.c.SyscallRuleFor(nr, tc.arg0)
+			r, ok := tc.c.SyscallRuleFor(nr, [6]uint64{tc.arg0})
 			if !ok {
 				if tc.action != "" {
 					t.Fatalf("no rule, want %s", tc.action)
@@ -261,6 +265,13 @@ func TestCompileSeccomp(t *testing.T) {
 				t.Fatalf("got %s from %s, want %s from %s", r.Action, rule.Field, tc.action, tc.field)
 			}
 		})
+	}
+	// ioctl is narrowed on its second argument: an allow list keeps TIOCSTI refused
+	if r, ok := allow.SyscallRuleFor(unix.SYS_IOCTL, [6]uint64{0, unix.TIOCSTI}); !ok || r.Action != "errno EPERM" {
+		t.Errorf("allow-list TIOCSTI: %+v", r)
+	}
+	if r, ok := allow.SyscallRuleFor(unix.SYS_IOCTL, [6]uint64{0, unix.TCGETS}); !ok || r.Action != "allow" {
+		t.Errorf("allow-list TCGETS: %+v", r)
 	}
 	// the program's tail is the default action
 	for _, tc := range []struct {
@@ -281,7 +292,7 @@ func TestCompileSeccomp(t *testing.T) {
 
 func sysnr(t *testing.T, name string) uint32 {
 	t.Helper()
-	for nr, n := range map[string]uint32{"ptrace": unix.SYS_PTRACE, "mount": unix.SYS_MOUNT, "unshare": unix.SYS_UNSHARE,
+	for nr, n := range map[string]uint32{"socket": unix.SYS_SOCKET, "inotify_init": unix.SYS_INOTIFY_INIT, "ptrace": unix.SYS_PTRACE, "mount": unix.SYS_MOUNT, "unshare": unix.SYS_UNSHARE,
 		"clone": unix.SYS_CLONE, "clone3": unix.SYS_CLONE3, "read": unix.SYS_READ, "write": unix.SYS_WRITE, "setns": unix.SYS_SETNS} {
 		if nr == name {
 			return n

@@ -203,12 +203,16 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		return fs(path, landlock.Execute, 0)
 	case ev.Syscall != nil:
 		sc := ev.Syscall
-		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args[0]); ok && r.Action != "allow" {
+		// The arguments are the registers at the syscall's exit, the ones the filter read at
+		// its entry: the rule found here is the filter's decision.
+		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args); ok && r.Action != "allow" {
 			rule := r.Name
 			if cr, ok := p.Compiled.RuleByID(r.RuleID); ok {
 				rule = cr.Field + ": " + cr.Text
 			}
-			if audit || denied(sc.Result) {
+			// A killed call never returns: its exit shows the syscall number (rolled back for
+			// the core dump), not an errno.
+			if audit || r.Action == "kill" || r.Errno != 0 && sc.Result == -int64(r.Errno) {
 				return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: rule, Object: sc.Name, Audit: audit}
 			}
 			return nil

@@ -29,7 +29,7 @@ func TestParseValid(t *testing.T) {
 		}},
 		{"values", header + `spec:
   mode: audit
-  isolation: {network: host-filtered, capabilities: [CAP_NET_BIND_SERVICE]}
+  isolation: {network: host-filtered, capabilities: []}
   resources: {memory: 1Gi, pids: 10, cpus: 500m, wallTime: 90s, outputBytes: 1000, tmpSize: 2M, tmpInodes: 64, disk: 3Gi, inodes: 500}
   filesystem: {read: ["${WORKSPACE}/src"], write: [], exec: ["/opt/tool"], deny: [], allowSpecialFiles: true}
   network:
@@ -146,6 +146,8 @@ func TestParseErrors(t *testing.T) {
 				`p.yaml:8:30: spec.isolation.capabilities[0]: expected a capability name like CAP_NET_BIND_SERVICE, got "CAP_FLY"`,
 				`p.yaml:9:33: spec.syscalls.denyNewNamespaces: expected true or false, got "yes"`,
 			}},
+		{"capabilities are not kept", header + "spec:\n  isolation:\n    capabilities:\n      - CAP_NET_BIND_SERVICE\n",
+			[]string{`p.yaml:8:9: spec.isolation.capabilities[0]: CAP_NET_BIND_SERVICE: keeping capabilities is not supported (the tool runs with none); expected an empty list`}},
 		{"reserved sections", header + "spec:\n  credentials: {}\n",
 			[]string{`p.yaml:6:16: spec.credentials: not supported yet (reserved for a later release)`}},
 		{"duplicate key", header + "spec:\n  mode: audit\n  mode: enforce\n",
@@ -209,6 +211,10 @@ func TestCheckMain(t *testing.T) {
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(good, []byte(header+"spec: {mode: audit}\n"), 0o600)
 	os.WriteFile(bad, []byte(header+"spec:\n  resources: {memory: lots, pids: 0}\n"), 0o600)
+	caps := filepath.Join(dir, "caps.yaml")
+	os.WriteFile(caps, []byte(header+"spec:\n  isolation: {capabilities: [CAP_NET_RAW]}\n"), 0o600)
+	fatal := filepath.Join(dir, "fatal.yaml")
+	os.WriteFile(fatal, []byte(header+"spec:\n  syscalls:\n    fatal: [ptrace, getpid]\n"), 0o600)
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -219,6 +225,10 @@ func TestCheckMain(t *testing.T) {
 		{"errors", []string{good, bad}, 1, good + ": ok\n",
 			bad + `:6:23: spec.resources.memory: expected a size like 512Mi, got "lots"` + "\n" +
 				bad + `:6:35: spec.resources.pids: expected a positive whole number, got 0` + "\n"},
+		{"capabilities", []string{caps}, 1, "",
+			caps + `:6:30: spec.isolation.capabilities[0]: CAP_NET_RAW: keeping capabilities is not supported (the tool runs with none); expected an empty list` + "\n"},
+		{"fatal not denied", []string{fatal}, 1, "",
+			fatal + `:7:21: spec.syscalls.fatal[1]: getpid is not denied by this policy: only a refused attempt can be fatal` + "\n"},
 		{"missing file", []string{filepath.Join(dir, "nope.yaml")}, 1, "", "read policy: open " + filepath.Join(dir, "nope.yaml") + ": no such file or directory\n"},
 		{"no args", nil, 2, "", "usage: berm policy check FILE...\n"},
 		{"flag", []string{"-v", good}, 2, "", "usage: berm policy check FILE...\n"},

@@ -140,6 +140,9 @@ func (d *decoder) path(n *yaml.Node, field string) (string, bool) {
 	return "", false
 }
 
+// capability refuses every entry: keeping capabilities in the tool is not supported (it runs
+// with none, as an unprivileged user), and a policy that lists one must not look applied.
+// A name that is not a capability gets the usual "expected" error first.
 func (d *decoder) capability(n *yaml.Node, field string) (string, bool) {
 	s, ok := d.scalar(n, field, "a capability name like CAP_NET_BIND_SERVICE", "!!str")
 	if !ok {
@@ -149,7 +152,8 @@ func (d *decoder) capability(n *yaml.Node, field string) (string, bool) {
 		d.fail(n, field, "expected a capability name like CAP_NET_BIND_SERVICE, got %s", describe(n))
 		return "", false
 	}
-	return s, true
+	d.fail(n, field, "%s: keeping capabilities is not supported (the tool runs with none); expected an empty list", s)
+	return "", false
 }
 
 func (d *decoder) egress(n *yaml.Node, field string) (EgressRule, bool) {
@@ -185,9 +189,12 @@ func (d *decoder) syscalls(n *yaml.Node, field string, s *Syscalls) {
 			d.oneOf(n, f, &a, string(ActionErrno), string(ActionKill), string(ActionLog))
 			s.DefaultAction = SyscallAction(a)
 		},
-		"denyNewNamespaces": func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyNewNamespaces) },
-		"fatal":             func(n *yaml.Node, f string) { s.Fatal = nil; list(d, n, f, &s.Fatal, d.syscall) },
-	}, d.required("deny", "denyNewNamespaces")...)
+		"denyNewNamespaces":     func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyNewNamespaces) },
+		"denyTerminalInjection": func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyTerminalInjection) },
+		"denyFileWatch":         func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyFileWatch) },
+		"denyExecutableMemfd":   func(n *yaml.Node, f string) { d.boolean(n, f, &s.DenyExecutableMemfd) },
+		"fatal":                 func(n *yaml.Node, f string) { s.Fatal = nil; list(d, n, f, &s.Fatal, d.syscall) },
+	}, d.required("deny", "denyNewNamespaces", "denyTerminalInjection", "denyFileWatch", "denyExecutableMemfd")...)
 	switch {
 	case gaveDeny && gaveAllow:
 		d.fail(n, field, "expected either deny or allow, got both")

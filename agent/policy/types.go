@@ -73,8 +73,11 @@ const (
 )
 
 type Isolation struct {
-	Network      NetworkIsolation
-	Capabilities []string // kept in the bounding, permitted and effective sets; CAP_* names
+	Network NetworkIsolation
+	// Capabilities must be empty: the tool runs with no capability at all, and a list is
+	// refused (by `berm policy check` too) rather than accepted and silently not applied.
+	// The field is kept so a file that states "capabilities: []" stays valid.
+	Capabilities []string
 }
 
 // Resources are per-call caps.
@@ -107,8 +110,8 @@ type Filesystem struct {
 
 type Network struct {
 	Egress []EgressRule
-	// AllowNetlink lets the tool open netlink sockets (and packet sockets, which still need
-	// CAP_NET_RAW). By default socket() refuses every family but unix, inet and inet6.
+	// AllowNetlink lets the tool open netlink sockets. Otherwise socket() refuses every family
+	// but unix, inet and inet6 with EAFNOSUPPORT, in the seccomp filter (an exact allowlist).
 	AllowNetlink bool
 }
 
@@ -137,8 +140,23 @@ type Syscalls struct {
 	// the lists say, and makes clone3 (whose flags a filter cannot read) fail with ENOSYS so
 	// the C library falls back to clone.
 	DenyNewNamespaces bool
-	// Fatal syscalls end the whole call when an attempt is refused: the agent sees the
-	// refusal and kills the call's cgroup (end reason policy_kill). Audit mode only records.
+	// DenyTerminalInjection refuses ioctl TIOCSTI (push characters into a terminal's input,
+	// as if typed by its user) and TIOCLINUX (which can do the same through the console's
+	// selection) on any descriptor.
+	DenyTerminalInjection bool
+	// DenyFileWatch refuses inotify_init, inotify_init1 and fanotify_init. The system trees
+	// are shared with the host and every other call: a watch on /usr/bin or /etc would show
+	// what they open. A filter cannot confine a watch to the workspace (inotify_add_watch
+	// takes a path), so the instance itself is refused.
+	DenyFileWatch bool
+	// DenyExecutableMemfd refuses memfd_create with MFD_EXEC and execveat with AT_EMPTY_PATH
+	// (fexecve): code written to memory is not run from a descriptor. The launcher also sets
+	// vm.memfd_noexec in the call's pid namespace for memfds created without the flag.
+	DenyExecutableMemfd bool
+	// Fatal syscalls end the process that attempts them: the filter itself answers with
+	// SECCOMP_RET_KILL_PROCESS, so no event has to reach the agent. When that process is the
+	// tool's the call ends as policy_kill, naming the syscall. Only a refused attempt can be
+	// fatal; audit mode logs it instead.
 	Fatal []string
 }
 

@@ -113,7 +113,7 @@ func TestInstall(t *testing.T) {
 			Default: Allow,
 			BadArch: KillProcess,
 			Rules: []Rule{
-				{Nr: unix.SYS_UNSHARE, Arg0Any: unix.CLONE_NEWUTS | unix.CLONE_NEWNS | unix.CLONE_NEWUSER, Action: deny},
+				{Nr: unix.SYS_UNSHARE, Arg: &Arg{Any: unix.CLONE_NEWUTS | unix.CLONE_NEWNS | unix.CLONE_NEWUSER}, Action: deny},
 				{Nr: unix.SYS_PTRACE, Action: deny},
 				{Nr: unix.SYS_MOUNT, Action: deny},
 			},
