@@ -44,6 +44,9 @@ type Spec struct {
 	Traced         []uint32 // syscalls with individual events, on top of the policy's
 	Stdin          *os.File
 	Stdout, Stderr io.Writer
+	// Terminal is set when Stdin is the master of the call's pty (the caller has a terminal,
+	// see callproto.Terminal): the tool gets the pty, its output is read from Stdin.
+	Terminal *callproto.Terminal
 	// Init is the sandbox init binary: berm-init, or berm itself (re-executed as berm-init).
 	Init string
 	// Stops end the call early (bermd: the caller's interrupts, its going away). Without
@@ -292,7 +295,28 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		}
 		defer stdin.Close()
 	}
-	if err := sb.configure(&l.env.init, stdin, ws); err != nil {
+	var pty *os.File
+	if spec.Terminal != nil {
+		var out *os.File
+		if pty, out, err = openTerminal(stdin); err != nil {
+			return abort(err)
+		}
+		echo := spec.Stdout
+		if !spec.Terminal.Stdout && spec.Terminal.Stderr {
+			echo = spec.Stderr
+		}
+		copiers.Add(1)
+		go l.copyOutput(&copiers, out, echo)
+		l.env.init.Terminal = &sandboxinit.Terminal{Stdout: spec.Terminal.Stdout, Stderr: spec.Terminal.Stderr}
+		stdin = pty
+	}
+	err = sb.configure(&l.env.init, stdin, ws)
+	if pty != nil {
+		// The tool's end is the tool's alone: the master reads end (EIO) when the tool's
+		// processes are gone, not when the launcher lets go.
+		pty.Close()
+	}
+	if err != nil {
 		return abort(err)
 	}
 

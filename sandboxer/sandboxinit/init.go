@@ -72,9 +72,19 @@ type Config struct {
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
 
+	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
+	// as its controlling terminal too, and as stdout and stderr where asked.
+	Terminal *Terminal `json:"terminal,omitempty"`
+
 	// workspaceTree is the workspace's mount, detached by the launcher (open_tree) and passed
 	// with the config: a warm init's mount namespace predates the call and may not show it.
 	workspaceTree int
+}
+
+// Terminal is how the tool uses its pty.
+type Terminal struct {
+	Stdout bool `json:"stdout,omitempty"`
+	Stderr bool `json:"stderr,omitempty"`
 }
 
 // Status is what the init reports over fd 4 when the tool has ended.
@@ -172,7 +182,21 @@ func Main() {
 		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			// A session of its own: the tool never shares the launcher's, whose controlling
+			// terminal may be the caller's (opening /dev/tty would reach it).
+			Setsid: true,
 		},
+	}
+	if t := cfg.Terminal; t != nil {
+		// The call's pty is the tool's controlling terminal: Ctrl-C typed by the user is
+		// SIGINT for the tool's foreground process group, from the pty's line discipline.
+		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
+		if t.Stdout {
+			cmd.Stdout = stdin
+		}
+		if t.Stderr {
+			cmd.Stderr = stdin
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		report(Status{Error: err.Error(), Exited: true, Code: 126}, 126)
