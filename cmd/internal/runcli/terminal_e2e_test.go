@@ -1,0 +1,260 @@
+package runcli_test
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/testenv/bermbin"
+)
+
+// The hostile tools below are Python from the host's /usr (granted by the strict policy).
+const python = "/usr/bin/python3"
+
+// injectKeys types "id\n" into the tool's stdin's terminal (TIOCSTI); refused there, it
+// takes the terminal as its own controlling terminal first (a new session, TIOCSCTTY), which
+// works on a terminal that is no one's.
+const injectKeys = `
+import fcntl, os, termios
+def inject():
+    for c in b"id\n":
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))
+try:
+    inject()
+    print("INJECTED", flush=True)
+except OSError as e:
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    try:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        inject()
+        print("INJECTED-AS-CTTY", flush=True)
+    except OSError as e2:
+        print("INJECTION-REFUSED", e.errno, e2.errno, flush=True)
+`
+
+// A tool that injects keystrokes does so into its own pty: nothing is left in the caller's
+// terminal for the caller's shell to read (and run) after berm exits.
+func TestTerminalToolCannotInjectIntoCallersTerminal(t *testing.T) {
+	bermbin.RequireRoot(t)
+	for _, m := range launchModes {
+		for _, ctty := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/caller-ctty=%v", m.name, ctty), func(t *testing.T) {
+				term := openCallerTerminal(t)
+				args := append([]string{"run", "--workspace", bermbin.Workspace(t)}, m.args(t)...)
+				status := term.run(t, ctty, append(args, "--", python, "-c", injectKeys)...)
+				if status != 0 {
+					t.Fatalf("berm run: status %d; screen:\n%s", status, term.text())
+				}
+				if n := term.pendingInput(t); n != 0 {
+					t.Fatalf("the tool left %d bytes of input in the caller's terminal; screen:\n%s", n, term.text())
+				}
+			})
+		}
+	}
+}
+
+// changeSettings turns off echo, canonical mode and signals on the tool's stdin's terminal,
+// then ends as its argument says.
+const changeSettings = `
+import os, sys, termios, time
+a = termios.tcgetattr(0)
+a[3] &= ~(termios.ECHO | termios.ICANON | termios.ISIG)
+termios.tcsetattr(0, termios.TCSANOW, a)
+print("SETTINGS-CHANGED", flush=True)
+if sys.argv[1] == "kill-self":
+    os.kill(os.getpid(), 9)
+if sys.argv[1] == "wait":
+    time.sleep(600)
+`
+
+// What the tool does to its terminal's settings stays on its pty: the caller's terminal has
+// its settings back however the call ends.
+func TestTerminalCallerSettingsRestored(t *testing.T) {
+	bermbin.RequireRoot(t)
+	endings := []struct {
+		name   string
+		tool   string         // changeSettings' argument
+		flags  []string       // more berm run flags
+		signal syscall.Signal // sent to berm once the tool has changed the settings
+		status func(int) bool // berm's expected exit status
+	}{
+		{"tool-exits", "exit", nil, 0, func(s int) bool { return s == 0 }},
+		{"tool-killed", "kill-self", nil, 0, func(s int) bool { return s == 128+9 }},
+		{"call-capped", "wait", []string{"--timeout", "10s"}, 0, func(s int) bool { return s == 128+9 }},
+		{"berm-sigint", "wait", nil, syscall.SIGINT, func(s int) bool { return s != 0 }},
+		{"berm-sigterm", "wait", nil, syscall.SIGTERM, func(s int) bool { return s != 0 }},
+	}
+	for _, m := range launchModes {
+		for _, e := range endings {
+			t.Run(m.name+"/"+e.name, func(t *testing.T) {
+				term := openCallerTerminal(t)
+				before := term.termios(t)
+				args := append([]string{"run", "--workspace", bermbin.Workspace(t)}, m.args(t)...)
+				args = append(append(args, e.flags...), "--", python, "-c", changeSettings, e.tool)
+				cmd := term.start(t, true, args...)
+				if e.signal != 0 {
+					term.waitFor(t, 0, "SETTINGS-CHANGED")
+					cmd.Process.Signal(e.signal)
+				}
+				status := term.wait(t, cmd)
+				if !strings.Contains(term.text(), "SETTINGS-CHANGED") {
+					t.Fatalf("the tool did not get to change its terminal's settings (status %d); screen:\n%s", status, term.text())
+				}
+				if !e.status(status) {
+					t.Errorf("berm run: unexpected status %d; screen:\n%s", status, term.text())
+				}
+				if after := term.termios(t); after != before {
+					t.Fatalf("the caller's terminal settings changed:\nbefore %+v\nafter  %+v\nscreen:\n%s", before, after, term.text())
+				}
+			})
+		}
+	}
+}
+
+// trapInt is an innocent tool that waits for Ctrl-C and ends with 42 when it gets SIGINT.
+const trapInt = `trap 'echo GOT-SIGINT; exit 42' INT; echo READY; while :; do sleep 1; done`
+
+// Ctrl-C typed at the caller's terminal reaches the tool as SIGINT, from its pty's line
+// discipline, even after an earlier call in the same terminal turned off signals (ISIG) on
+// its stdin: that call's settings stayed on its own pty.
+func TestTerminalCtrlCInterruptsTheTool(t *testing.T) {
+	bermbin.RequireRoot(t)
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			flags := m.args(t)
+			ws := bermbin.Workspace(t)
+			first := append(append([]string{"run", "--workspace", ws}, flags...), "--", python, "-c", changeSettings, "exit")
+			if status := term.run(t, true, first...); status != 0 {
+				t.Fatalf("first call: status %d; screen:\n%s", status, term.text())
+			}
+			from := len(term.text())
+			second := append(append([]string{"run", "--workspace", ws, "--timeout", "20s"}, flags...), "--", "/bin/sh", "-c", trapInt)
+			cmd := term.start(t, true, second...)
+			term.waitFor(t, from, "READY")
+			term.typeKeys(t, "\x03")
+			status := term.wait(t, cmd)
+			if status != 42 || !strings.Contains(term.text()[from:], "GOT-SIGINT") {
+				t.Fatalf("Ctrl-C did not interrupt the tool: status %d; screen:\n%s", status, term.text()[from:])
+			}
+		})
+	}
+}
+
+// ttyInfo prints what the tool knows of its stdin's terminal and its session.
+const ttyInfo = `
+import os
+st = os.fstat(0)
+tty = os.isatty(0)
+print("TTYINFO", tty, st.st_rdev, os.getsid(0) == os.getpid(), tty and os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+`
+
+// The tool's terminal is a pty of its own, not the caller's: it leads its own session, and
+// the pty is its controlling terminal (its foreground process group is the tool's).
+func TestTerminalIsTheToolsOwn(t *testing.T) {
+	bermbin.RequireRoot(t)
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t)}, m.args(t)...), "--", python, "-c", ttyInfo)
+			if status := term.run(t, true, args...); status != 0 {
+				t.Fatalf("berm run: status %d; screen:\n%s", status, term.text())
+			}
+			var isTTY, leader, foreground string
+			var rdev uint64
+			screen := term.text()
+			i := strings.Index(screen, "TTYINFO")
+			if i < 0 {
+				t.Fatalf("no TTYINFO; screen:\n%s", screen)
+			}
+			if _, err := fmt.Sscan(screen[i+len("TTYINFO"):], &isTTY, &rdev, &leader, &foreground); err != nil {
+				t.Fatalf("parse TTYINFO: %v; screen:\n%s", err, screen)
+			}
+			const ptySlaveMajor = 136 // UNIX98_PTY_SLAVE_MAJOR, through 143
+			if major := unixMajor(rdev); isTTY != "True" || major < ptySlaveMajor || major > ptySlaveMajor+7 {
+				t.Errorf("the tool's stdin is not a pty: isatty %s, device %d:%d", isTTY, major, rdev&0xff)
+			}
+			if rdev == term.rdev(t) {
+				t.Errorf("the tool's stdin is the caller's terminal (device %#x)", rdev)
+			}
+			if leader != "True" || foreground != "True" {
+				t.Errorf("the tool does not lead its own session on its own terminal: session leader %s, foreground %s", leader, foreground)
+			}
+		})
+	}
+}
+
+func unixMajor(rdev uint64) uint64 { return ((rdev >> 8) & 0xfff) | ((rdev >> 32) & ^uint64(0xfff)) }
+
+// Without a terminal nothing changes for the tool's stdio (pipes pass through), and the tool
+// still runs in a session of its own, which has no controlling terminal.
+func TestNoTerminalPipesPassThrough(t *testing.T) {
+	bermbin.RequireRoot(t)
+	const tool = `
+import os, sys
+print("SESSION-LEADER", os.getsid(0) == os.getpid(), "STDIN-TTY", os.isatty(0), "STDOUT-TTY", os.isatty(1))
+try:
+    os.open("/dev/tty", os.O_RDWR)
+    print("CTTY yes")
+except OSError as e:
+    print("CTTY no")
+print("READ", sys.stdin.read().strip())
+`
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t)}, m.args(t)...), "--", python, "-c", tool)
+			r := bermbin.BermIn(t, nil, strings.NewReader("through the pipe\n"), args...)
+			if r.Exit != 0 {
+				t.Fatalf("berm run: status %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
+			}
+			for _, want := range []string{"SESSION-LEADER True STDIN-TTY False STDOUT-TTY False", "CTTY no", "READ through the pipe"} {
+				if !strings.Contains(r.Stdout, want) {
+					t.Errorf("want %q in the tool's output:\n%s", want, r.Stdout)
+				}
+			}
+			if strings.Contains(r.Stdout, "\r\n") {
+				t.Errorf("the tool's output went through a terminal (CRLF):\n%q", r.Stdout)
+			}
+		})
+	}
+}
+
+// The pty follows the caller's window: its size at the start, and each change (SIGWINCH).
+func TestTerminalWindowSizeFollowsTheCaller(t *testing.T) {
+	bermbin.RequireRoot(t)
+	const tool = `
+import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGWINCH])
+s = os.get_terminal_size(0)
+print("SIZE", s.lines, s.columns, flush=True)
+signal.sigwait([signal.SIGWINCH])
+s = os.get_terminal_size(0)
+print("RESIZED", s.lines, s.columns, flush=True)
+`
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t), "--timeout", "60s"}, m.args(t)...), "--", python, "-c", tool)
+			cmd := term.start(t, true, args...)
+			term.waitFor(t, 0, "SIZE 30 90")
+			setSize(t, term, 41, 123)
+			term.waitFor(t, 0, "RESIZED 41 123")
+			if status := term.wait(t, cmd); status != 0 {
+				t.Fatalf("berm run: status %d; screen:\n%s", status, term.text())
+			}
+		})
+	}
+}
+
+func setSize(t *testing.T, term *callerTerminal, rows, cols int) {
+	t.Helper()
+	if err := unix.IoctlSetWinsize(int(term.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)}); err != nil {
+		t.Fatalf("resize the caller's terminal: %v", err)
+	}
+}
