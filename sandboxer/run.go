@@ -295,10 +295,9 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		}
 		defer stdin.Close()
 	}
-	var pty *os.File
+	var term *terminal
 	if spec.Terminal != nil {
-		var out *os.File
-		if pty, out, err = openTerminal(stdin); err != nil {
+		if term, err = openTerminal(stdin); err != nil {
 			return abort(err)
 		}
 		echo := spec.Stdout
@@ -306,16 +305,11 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 			echo = spec.Stderr
 		}
 		copiers.Add(1)
-		go l.copyOutput(&copiers, out, echo)
-		l.env.init.Terminal = &sandboxinit.Terminal{Stdout: spec.Terminal.Stdout, Stderr: spec.Terminal.Stderr}
-		stdin = pty
+		go l.copyOutput(&copiers, term.out, echo)
+		stdin = term.pty
 	}
-	err = sb.configure(&l.env.init, stdin, ws)
-	if pty != nil {
-		// The tool's end is the tool's alone: the master reads end (EIO) when the tool's
-		// processes are gone, not when the launcher lets go.
-		pty.Close()
-	}
+	err = sb.configure(&l.env.init, stdin, ws, term.config(&l.env.init, spec.Terminal)...)
+	term.close()
 	if err != nil {
 		return abort(err)
 	}

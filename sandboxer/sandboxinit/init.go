@@ -85,6 +85,9 @@ type Config struct {
 type Terminal struct {
 	Stdout bool `json:"stdout,omitempty"`
 	Stderr bool `json:"stderr,omitempty"`
+	// Name is the pty's name on the host (/dev/pts/N): a detached mount of its device file
+	// comes as a third file with the config, to be shown there in the call's /dev.
+	Name string `json:"name,omitempty"`
 }
 
 // Status is what the init reports over fd 4 when the tool has ended.
@@ -133,8 +136,12 @@ func Main() {
 		report(Status{Error: "no call in the launcher's configuration"}, 125)
 	}
 	cfg = *msg.Call
-	if len(fds) != 2 {
-		report(Status{Error: fmt.Sprintf("expected the tool's stdin and the workspace with the config, got %d files", len(fds))}, 125)
+	want := 2
+	if cfg.Terminal != nil && cfg.Terminal.Name != "" {
+		want = 3
+	}
+	if len(fds) != want {
+		report(Status{Error: fmt.Sprintf("expected the tool's stdin, the workspace and %d more files with the config, got %d files", want-2, len(fds))}, 125)
 	}
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
@@ -144,6 +151,13 @@ func Main() {
 	}
 	// The workspace's fd was used by number: its File must not be collected (and closed) first.
 	runtime.KeepAlive(fds[1])
+	if want == 3 {
+		if !cfg.HostRoot {
+			// Cosmetic (the tool has its terminal either way): a failure leaves it unnamed.
+			_ = showTerminal(int(fds[2].Fd()), cfg.Terminal.Name)
+		}
+		fds[2].Close()
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		report(Status{Error: "sethostname: " + err.Error()}, 125)
 	}

@@ -1,13 +1,18 @@
 package runcli_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
@@ -152,7 +157,11 @@ const ttyInfo = `
 import os
 st = os.fstat(0)
 tty = os.isatty(0)
-print("TTYINFO", tty, st.st_rdev, os.getsid(0) == os.getpid(), tty and os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+try:
+    name = os.ttyname(0)
+except OSError as e:
+    name = "unnamed:" + str(e.errno)
+print("TTYINFO", tty, st.st_rdev, os.getsid(0) == os.getpid(), tty and os.tcgetpgrp(0) == os.getpgrp(), name, flush=True)
 `
 
 // The tool's terminal is a pty of its own, not the caller's: it leads its own session, and
@@ -166,14 +175,14 @@ func TestTerminalIsTheToolsOwn(t *testing.T) {
 			if status := term.run(t, true, args...); status != 0 {
 				t.Fatalf("berm run: status %d; screen:\n%s", status, term.text())
 			}
-			var isTTY, leader, foreground string
+			var isTTY, leader, foreground, name string
 			var rdev uint64
 			screen := term.text()
 			i := strings.Index(screen, "TTYINFO")
 			if i < 0 {
 				t.Fatalf("no TTYINFO; screen:\n%s", screen)
 			}
-			if _, err := fmt.Sscan(screen[i+len("TTYINFO"):], &isTTY, &rdev, &leader, &foreground); err != nil {
+			if _, err := fmt.Sscan(screen[i+len("TTYINFO"):], &isTTY, &rdev, &leader, &foreground, &name); err != nil {
 				t.Fatalf("parse TTYINFO: %v; screen:\n%s", err, screen)
 			}
 			const ptySlaveMajor = 136 // UNIX98_PTY_SLAVE_MAJOR, through 143
@@ -182,6 +191,10 @@ func TestTerminalIsTheToolsOwn(t *testing.T) {
 			}
 			if rdev == term.rdev(t) {
 				t.Errorf("the tool's stdin is the caller's terminal (device %#x)", rdev)
+			}
+			// ttyname(3), as tty(1) uses it: the call's /dev shows its own pty under its name.
+			if callerName, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(term.slave.Fd()))); err != nil || !strings.HasPrefix(name, "/dev/pts/") || name == callerName {
+				t.Errorf("the tool's ttyname is %q (the caller's terminal is %q)", name, callerName)
 			}
 			if leader != "True" || foreground != "True" {
 				t.Errorf("the tool does not lead its own session on its own terminal: session leader %s, foreground %s", leader, foreground)
@@ -256,5 +269,29 @@ func setSize(t *testing.T, term *callerTerminal, rows, cols int) {
 	t.Helper()
 	if err := unix.IoctlSetWinsize(int(term.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)}); err != nil {
 		t.Fatalf("resize the caller's terminal: %v", err)
+	}
+}
+
+// What the tool writes to its pty counts against the call's output cap as a pipe's would.
+func TestTerminalOutputIsCapped(t *testing.T) {
+	bermbin.RequireRoot(t)
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			summary := filepath.Join(t.TempDir(), "summary.json")
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t), "--output-limit", "64Ki", "--summary", summary}, m.args(t)...), "--", "/usr/bin/yes", "flood")
+			status := term.run(t, true, args...)
+			data, err := os.ReadFile(summary)
+			if err != nil {
+				t.Fatalf("berm run: status %d, no summary: %v; screen:\n%.2000s", status, err, term.text())
+			}
+			var rec event.CallRecord
+			if err := json.Unmarshal(data, &rec); err != nil {
+				t.Fatal(err)
+			}
+			if rec.EndReason != event.EndOutputLimit || rec.OutputBytes < 64<<10 {
+				t.Fatalf("the flood through the pty was not capped: end %s, %d output bytes, status %d", rec.EndReason, rec.OutputBytes, status)
+			}
+		})
 	}
 }
