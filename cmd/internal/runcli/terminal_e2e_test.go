@@ -295,3 +295,39 @@ func TestTerminalOutputIsCapped(t *testing.T) {
 		})
 	}
 }
+
+// From a terminal with stdout redirected (berm run ... > file), the tool's stdout is what the
+// caller's is: the file gets the tool's own bytes, not a terminal's (CRLF), and the tool sees
+// a terminal only on stdin and stderr.
+func TestTerminalRedirectedStdoutKeepsBytes(t *testing.T) {
+	bermbin.RequireRoot(t)
+	const tool = `
+import os, sys
+sys.stderr.write("TTYS %s %s %s\n" % (os.isatty(0), os.isatty(1), os.isatty(2)))
+sys.stdout.write("line one\nline two\n")
+`
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t)}, m.args(t)...), "--", python, "-c", tool)
+			if status := term.wait(t, term.startWithStdout(t, true, out, args...)); status != 0 {
+				t.Fatalf("berm run: status %d; screen:\n%s", status, term.text())
+			}
+			data, err := os.ReadFile(out.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(data) != "line one\nline two\n" {
+				t.Errorf("the file got %q", data)
+			}
+			if !strings.Contains(term.text(), "TTYS True False True") {
+				t.Errorf("want the tool's stdin and stderr on a terminal, its stdout not; screen:\n%s", term.text())
+			}
+		})
+	}
+}

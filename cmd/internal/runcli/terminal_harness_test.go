@@ -70,8 +70,14 @@ func openCallerTerminal(t *testing.T) *callerTerminal {
 // without, the terminal is no one's (as an agent framework's pty handed to a child can be).
 func (c *callerTerminal) start(t *testing.T, ctty bool, args ...string) *exec.Cmd {
 	t.Helper()
+	return c.startWithStdout(t, ctty, c.slave, args...)
+}
+
+// startWithStdout is start with berm's stdout elsewhere (berm run ... > file).
+func (c *callerTerminal) startWithStdout(t *testing.T, ctty bool, stdout *os.File, args ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(bermbin.Path(t, "berm"), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.slave, c.slave, c.slave
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.slave, stdout, c.slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: ctty, Ctty: 0}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start berm: %v", err)
