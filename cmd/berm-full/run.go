@@ -62,6 +62,9 @@ func cmdRun(args []string) int {
 		spec.Stdin, spec.Terminal = term.Master, o.Request.Terminal
 	}
 	out, err := sandboxer.Run(spec, sandboxer.Local{Agent: a})
+	if term != nil {
+		term.Close()
+	}
 	if out == nil {
 		return fail("%v", err)
 	}

@@ -36,7 +36,9 @@ type Relay struct {
 
 	mu       sync.Mutex
 	restored bool
+	raw      unix.Termios
 	done     chan struct{}
+	stop     sync.Once
 }
 
 // IsTerminal says whether f is a terminal.
@@ -71,9 +73,9 @@ func Start(caller *os.File) (_ *Relay, err error) {
 		return nil, fmt.Errorf("pty relay: %w", err)
 	}
 	// The user's keys go to the tool's line discipline, unprocessed by the caller's.
-	raw := *saved
-	makeRaw(&raw)
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+	r.raw = *saved
+	makeRaw(&r.raw)
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &r.raw); err != nil {
 		r.wakeR.Close()
 		r.wakeW.Close()
 		return nil, fmt.Errorf("put the terminal in raw mode: %w", err)
@@ -81,7 +83,7 @@ func Start(caller *os.File) (_ *Relay, err error) {
 	// SIGINT and SIGTERM end the call (berm's own handlers see them too); the caller's
 	// settings come back at once, whatever happens to this process next.
 	r.sigs = make(chan os.Signal, 4)
-	signal.Notify(r.sigs, syscall.SIGWINCH, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(r.sigs, syscall.SIGWINCH, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCONT)
 	go r.signals()
 	go r.input()
 	return r, nil
@@ -111,11 +113,17 @@ func (r *Relay) signals() {
 		case <-r.done:
 			return
 		case s := <-r.sigs:
-			if s == syscall.SIGWINCH {
+			switch s {
+			case syscall.SIGWINCH:
 				r.resize()
-				continue
+			case syscall.SIGCONT:
+				// Stopped and continued (SIGSTOP, then fg): the shell had the terminal in
+				// between, in its own mode.
+				r.reraw()
+				r.resize()
+			default:
+				_ = r.restore()
 			}
-			r.restore()
 		}
 	}
 }
@@ -162,6 +170,15 @@ func (r *Relay) input() {
 	}
 }
 
+// reraw puts the caller's terminal in raw mode again, unless it has been restored for good.
+func (r *Relay) reraw() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.restored {
+		_ = unix.IoctlSetTermios(r.caller, unix.TCSETS, &r.raw)
+	}
+}
+
 // restore puts the caller's terminal back as it was, once.
 func (r *Relay) restore() error {
 	r.mu.Lock()
@@ -176,11 +193,15 @@ func (r *Relay) restore() error {
 	return nil
 }
 
-// Close stops relaying and restores the caller's terminal settings.
+// Close stops relaying and restores the caller's terminal settings. It may be called more
+// than once: as soon as the call has ended, so that berm's own messages print on a terminal
+// in its usual mode, and deferred, for every other way out.
 func (r *Relay) Close() error {
-	signal.Stop(r.sigs)
-	close(r.done)
-	_, _ = r.wakeW.Write([]byte{0})
+	r.stop.Do(func() {
+		signal.Stop(r.sigs)
+		close(r.done)
+		_, _ = r.wakeW.Write([]byte{0})
+	})
 	// The input goroutine may be in a write to the master (a tool that reads nothing): it is
 	// not waited for; it stops reading the caller's terminal once woken, and the pipe and the
 	// master go with the process.

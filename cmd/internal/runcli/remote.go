@@ -37,6 +37,9 @@ func (o *Options) Remote() int {
 		stdio[0] = term.Master
 	}
 	rep, err := callproto.Run(o.Socket, &o.Request, stdio, sigs)
+	if term != nil {
+		term.Close()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
 		return 1

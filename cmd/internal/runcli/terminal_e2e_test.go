@@ -331,3 +331,42 @@ sys.stdout.write("line one\nline two\n")
 		})
 	}
 }
+
+// berm stopped and continued (SIGSTOP, then fg) takes its terminal back in raw mode: the
+// shell had it in its own mode in between. A key typed without Enter then reaches the tool,
+// which reads one key at a time.
+func TestTerminalRawAgainAfterStopAndContinue(t *testing.T) {
+	bermbin.RequireRoot(t)
+	const tool = `
+import sys, tty
+tty.setcbreak(0)
+print("READY", flush=True)
+print("GOT", sys.stdin.read(1), flush=True)
+`
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			before := term.termios(t)
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t), "--timeout", "30s"}, m.args(t)...), "--", python, "-c", tool)
+			cmd := term.start(t, true, args...)
+			term.waitFor(t, 0, "READY")
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			// The shell, back in charge of the terminal, puts its own settings on it.
+			if err := unix.IoctlSetTermios(int(term.slave.Fd()), unix.TCSETS, &before); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			term.typeKeys(t, "x")
+			if status := term.wait(t, cmd); status != 0 || !strings.Contains(term.text(), "GOT x") {
+				t.Fatalf("the key did not reach the tool after berm continued: status %d; screen:\n%s", status, term.text())
+			}
+			if after := term.termios(t); after != before {
+				t.Fatalf("the caller's terminal settings changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+		})
+	}
+}
