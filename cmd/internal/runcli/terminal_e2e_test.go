@@ -1,9 +1,11 @@
 package runcli_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -366,6 +368,64 @@ print("GOT", sys.stdin.read(1), flush=True)
 			}
 			if after := term.termios(t); after != before {
 				t.Fatalf("the caller's terminal settings changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+		})
+	}
+}
+
+// With stdin not a terminal, berm run from an interactive shell (berm run ... < /dev/null)
+// still has the shell's terminal as its controlling terminal. The tool runs in a session of
+// its own, without one: under a policy that grants /dev/tty, opening it fails, so the tool
+// can neither type into the shell (TIOCSTI) nor change the terminal's settings.
+func TestNoTerminalToolHasNoControllingTerminal(t *testing.T) {
+	bermbin.RequireRoot(t)
+	policy := filepath.Join(t.TempDir(), "tty-granted.yaml")
+	if err := os.WriteFile(policy, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata:
+  name: tty-granted
+spec:
+  filesystem:
+    write: ["${WORKSPACE}", "${TMP}", /dev/null, /dev/tty]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const tool = `
+import fcntl, os, termios
+try:
+    fd = os.open("/dev/tty", os.O_RDWR)
+except OSError as e:
+    print("NO-CTTY", e.errno, flush=True)
+    raise SystemExit(0)
+a = termios.tcgetattr(fd)
+a[3] &= ~(termios.ECHO | termios.ICANON | termios.ISIG)
+termios.tcsetattr(fd, termios.TCSANOW, a)
+for c in b"id\n":
+    fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))
+print("CTTY-REACHED", flush=True)
+`
+	for _, m := range launchModes {
+		t.Run(m.name, func(t *testing.T) {
+			term := openCallerTerminal(t)
+			before := term.termios(t)
+			args := append(append([]string{"run", "--workspace", bermbin.Workspace(t), "--policy", policy}, m.args(t)...), "--", python, "-c", tool)
+			cmd := exec.Command(bermbin.Path(t, "berm"), args...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			// stdin: none (/dev/null); the caller's terminal is berm's controlling terminal.
+			cmd.ExtraFiles = []*os.File{term.slave}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 3}
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("berm run: %v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), "NO-CTTY") {
+				t.Errorf("the tool reached a controlling terminal:\n%s", out.String())
+			}
+			if n := term.pendingInput(t); n != 0 {
+				t.Errorf("the tool left %d bytes of input in the caller's terminal", n)
+			}
+			if after := term.termios(t); after != before {
+				t.Errorf("the caller's terminal settings changed:\nbefore %+v\nafter  %+v", before, after)
 			}
 		})
 	}
