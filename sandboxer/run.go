@@ -44,6 +44,9 @@ type Spec struct {
 	Traced         []uint32 // syscalls with individual events, on top of the policy's
 	Stdin          *os.File
 	Stdout, Stderr io.Writer
+	// Terminal is set when Stdin is the master of the call's pty (the caller has a terminal,
+	// see callproto.Terminal): the tool gets the pty, its output is read from Stdin.
+	Terminal *callproto.Terminal
 	// Init is the sandbox init binary: berm-init, or berm itself (re-executed as berm-init).
 	Init string
 	// Stops end the call early (bermd: the caller's interrupts, its going away). Without
@@ -299,7 +302,22 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		}
 		defer stdin.Close()
 	}
-	if err := sb.configure(&l.env.init, stdin, ws); err != nil {
+	var term *terminal
+	if spec.Terminal != nil {
+		if term, err = openTerminal(stdin); err != nil {
+			return abort(err)
+		}
+		echo := spec.Stdout
+		if !spec.Terminal.Stdout && spec.Terminal.Stderr {
+			echo = spec.Stderr
+		}
+		copiers.Add(1)
+		go l.copyOutput(&copiers, term.out, echo)
+		stdin = term.pty
+	}
+	err = sb.configure(&l.env.init, stdin, ws, term.config(&l.env.init, spec.Terminal)...)
+	term.close()
+	if err != nil {
 		return abort(err)
 	}
 

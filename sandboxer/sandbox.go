@@ -152,9 +152,10 @@ func (s *sandbox) ready() error {
 }
 
 // configure hands the init its call with the tool's stdin and the workspace (a detached copy
-// of its mount, see openWorkspace), and lets it go once it is in every cgroup of the call.
-func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace int) error {
-	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Call: cfg}, int(stdin.Fd()), workspace)
+// of its mount, see openWorkspace), and more files when the config says so (the pty's mount),
+// and lets it go once it is in every cgroup of the call.
+func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace int, more ...int) error {
+	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Call: cfg}, append([]int{int(stdin.Fd()), workspace}, more...)...)
 	unix.Close(s.cfg)
 	s.cfg = -1
 	if err != nil {

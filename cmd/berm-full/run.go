@@ -52,7 +52,19 @@ func cmdRun(args []string) int {
 		return fail("load agent: %v", err)
 	}
 	defer a.Close()
+	// Started last: from here to its Close the caller's terminal is in raw mode.
+	term, err := o.Terminal()
+	if err != nil {
+		return fail("%v", err)
+	}
+	if term != nil {
+		defer term.Close()
+		spec.Stdin, spec.Terminal = term.Master, o.Request.Terminal
+	}
 	out, err := sandboxer.Run(spec, sandboxer.Local{Agent: a})
+	if term != nil {
+		term.Close()
+	}
 	if out == nil {
 		return fail("%v", err)
 	}

@@ -73,9 +73,22 @@ type Config struct {
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
 
+	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
+	// as its controlling terminal too, and as stdout and stderr where asked.
+	Terminal *Terminal `json:"terminal,omitempty"`
+
 	// workspaceTree is the workspace's mount, detached by the launcher (open_tree) and passed
 	// with the config: a warm init's mount namespace predates the call and may not show it.
 	workspaceTree int
+}
+
+// Terminal is how the tool uses its pty.
+type Terminal struct {
+	Stdout bool `json:"stdout,omitempty"`
+	Stderr bool `json:"stderr,omitempty"`
+	// Name is the pty's name on the host (/dev/pts/N): a detached mount of its device file
+	// comes as a third file with the config, to be shown there in the call's /dev.
+	Name string `json:"name,omitempty"`
 }
 
 // Status is what the init reports over fd 4 when the tool has ended.
@@ -124,8 +137,12 @@ func Main() {
 		report(Status{Error: "no call in the launcher's configuration"}, 125)
 	}
 	cfg = *msg.Call
-	if len(fds) != 2 {
-		report(Status{Error: fmt.Sprintf("expected the tool's stdin and the workspace with the config, got %d files", len(fds))}, 125)
+	want := 2
+	if cfg.Terminal != nil && cfg.Terminal.Name != "" {
+		want = 3
+	}
+	if len(fds) != want {
+		report(Status{Error: fmt.Sprintf("expected the tool's stdin, the workspace and %d more files with the config, got %d files", want-2, len(fds))}, 125)
 	}
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
@@ -135,6 +152,13 @@ func Main() {
 	}
 	// The workspace's fd was used by number: its File must not be collected (and closed) first.
 	runtime.KeepAlive(fds[1])
+	if want == 3 {
+		if !cfg.HostRoot {
+			// Cosmetic (the tool has its terminal either way): a failure leaves it unnamed.
+			_ = showTerminal(int(fds[2].Fd()), cfg.Terminal.Name)
+		}
+		fds[2].Close()
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		report(Status{Error: "sethostname: " + err.Error()}, 125)
 	}
@@ -173,7 +197,21 @@ func Main() {
 		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			// A session of its own: the tool never shares the launcher's, whose controlling
+			// terminal may be the caller's (opening /dev/tty would reach it).
+			Setsid: true,
 		},
+	}
+	if t := cfg.Terminal; t != nil {
+		// The call's pty is the tool's controlling terminal: Ctrl-C typed by the user is
+		// SIGINT for the tool's foreground process group, from the pty's line discipline.
+		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
+		if t.Stdout {
+			cmd.Stdout = stdin
+		}
+		if t.Stderr {
+			cmd.Stderr = stdin
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		report(Status{Error: err.Error(), Exited: true, Code: 126}, 126)

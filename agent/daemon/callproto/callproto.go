@@ -45,6 +45,20 @@ type Request struct {
 	// PolicyFile is the policy to run under (absolute path); empty is the built-in strict one.
 	PolicyFile string   `json:"policy_file,omitempty"`
 	Traced     []uint32 `json:"traced,omitempty"`
+	// Terminal is set when the caller's stdin is a terminal: the stdin passed with the
+	// request is then the master of a pty berm allocated for the call, never the caller's
+	// terminal, which stays with the caller (it relays it to the master).
+	Terminal *Terminal `json:"terminal,omitempty"`
+}
+
+// Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and
+// controlling terminal, in a session of its own, and as stdout and stderr where the caller's
+// are terminals too (elsewhere they stay what they are, so `berm run ... > file` writes the
+// tool's own bytes). What the tool writes to the pty (and its echo) is read from the master
+// and written to the caller's stdout, or its stderr when only that is a terminal.
+type Terminal struct {
+	Stdout bool `json:"stdout,omitempty"`
+	Stderr bool `json:"stderr,omitempty"`
 }
 
 // Interrupt asks the daemon to end the running call (the caller got SIGINT or SIGTERM).

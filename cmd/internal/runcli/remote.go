@@ -25,7 +25,21 @@ func (o *Options) Remote() int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	rep, err := callproto.Run(o.Socket, &o.Request, [3]*os.File{os.Stdin, os.Stdout, os.Stderr}, sigs)
+	stdio := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
+	term, err := o.Terminal()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		return 1
+	}
+	if term != nil {
+		// bermd gets the pty's master in place of the caller's terminal, which stays here.
+		defer term.Close()
+		stdio[0] = term.Master
+	}
+	rep, err := callproto.Run(o.Socket, &o.Request, stdio, sigs)
+	if term != nil {
+		term.Close()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
 		return 1

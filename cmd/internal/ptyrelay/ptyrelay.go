@@ -1,0 +1,209 @@
+// Package ptyrelay gives a tool call its own terminal when berm's caller has one, as `docker
+// run -t` and script(1) do: berm allocates a pty, the launcher hands its slave to the tool as
+// stdin, stdout, stderr and controlling terminal (in the tool's own session) and reads the
+// tool's output from the master; this package, in the process that holds the caller's
+// terminal, puts that terminal in raw mode, relays what the user types to the master, follows
+// the window size, and restores the caller's settings when the call ends.
+//
+// The caller's terminal never reaches the sandbox: a tool that injects input (TIOCSTI) or
+// turns off echo, canonical mode or signals does so on its own pty, and Ctrl-C typed by the
+// user reaches the tool as SIGINT through the pty's line discipline.
+//
+// It links only x/sys/unix: the berm front that uses it starts once per call.
+package ptyrelay
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Relay is one call's pty, relayed to the caller's terminal.
+type Relay struct {
+	// Master is the pty's master: the launcher gets the tool's end from it (TIOCGPTPEER) and
+	// reads the tool's output from it. It stays open until Close.
+	Master *os.File
+
+	caller int // the caller's terminal (berm's stdin)
+	saved  *unix.Termios
+	wakeR  *os.File // readable once the relay must stop reading the caller's terminal
+	wakeW  *os.File
+	sigs   chan os.Signal
+
+	mu       sync.Mutex
+	restored bool
+	raw      unix.Termios
+	done     chan struct{}
+	stop     sync.Once
+}
+
+// IsTerminal says whether f is a terminal.
+func IsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// Start allocates a pty for the call when caller (berm's stdin) is a terminal, and starts
+// relaying; it returns nil, nil when it is not (pipes pass through as they are).
+func Start(caller *os.File) (_ *Relay, err error) {
+	fd := int(caller.Fd())
+	saved, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, nil
+	}
+	m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("allocate a pty for the call: %w", err)
+	}
+	r := &Relay{Master: os.NewFile(uintptr(m), "pty-master"), caller: fd, saved: saved, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			r.Master.Close()
+		}
+	}()
+	if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
+		return nil, fmt.Errorf("unlock the call's pty: %w", err)
+	}
+	r.resize()
+	if r.wakeR, r.wakeW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("pty relay: %w", err)
+	}
+	// The user's keys go to the tool's line discipline, unprocessed by the caller's.
+	r.raw = *saved
+	makeRaw(&r.raw)
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &r.raw); err != nil {
+		r.wakeR.Close()
+		r.wakeW.Close()
+		return nil, fmt.Errorf("put the terminal in raw mode: %w", err)
+	}
+	// SIGINT and SIGTERM end the call (berm's own handlers see them too); the caller's
+	// settings come back at once, whatever happens to this process next.
+	r.sigs = make(chan os.Signal, 4)
+	signal.Notify(r.sigs, syscall.SIGWINCH, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCONT)
+	go r.signals()
+	go r.input()
+	return r, nil
+}
+
+// makeRaw is cfmakeraw(3).
+func makeRaw(t *unix.Termios) {
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN] = 1
+	t.Cc[unix.VTIME] = 0
+}
+
+// resize gives the pty the caller's window size; the kernel tells the tool (SIGWINCH).
+func (r *Relay) resize() {
+	if ws, err := unix.IoctlGetWinsize(r.caller, unix.TIOCGWINSZ); err == nil {
+		_ = unix.IoctlSetWinsize(int(r.Master.Fd()), unix.TIOCSWINSZ, ws)
+	}
+}
+
+func (r *Relay) signals() {
+	for {
+		select {
+		case <-r.done:
+			return
+		case s := <-r.sigs:
+			switch s {
+			case syscall.SIGWINCH:
+				r.resize()
+			case syscall.SIGCONT:
+				// Stopped and continued (SIGSTOP, then fg): the shell had the terminal in
+				// between, in its own mode.
+				r.reraw()
+				r.resize()
+			default:
+				_ = r.restore()
+			}
+		}
+	}
+}
+
+// input copies what the user types to the pty until Close. It reads the caller's terminal
+// only when poll says there is something to read, so that nothing typed after the call is
+// taken from the caller's shell by a read left pending.
+func (r *Relay) input() {
+	buf := make([]byte, 4096)
+	fds := []unix.PollFd{{Fd: int32(r.wakeR.Fd()), Events: unix.POLLIN}, {Fd: int32(r.caller), Events: unix.POLLIN}}
+	master := int(r.Master.Fd())
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+		if fds[0].Revents != 0 {
+			return
+		}
+		if fds[1].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) == 0 {
+			continue
+		}
+		n, err := unix.Read(r.caller, buf)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if n <= 0 {
+			return
+		}
+		for off := 0; off < n; {
+			w, err := unix.Write(master, buf[off:n])
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				// The tool's end is gone: the call is ending.
+				return
+			}
+			off += w
+		}
+	}
+}
+
+// reraw puts the caller's terminal in raw mode again, unless it has been restored for good.
+func (r *Relay) reraw() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.restored {
+		_ = unix.IoctlSetTermios(r.caller, unix.TCSETS, &r.raw)
+	}
+}
+
+// restore puts the caller's terminal back as it was, once.
+func (r *Relay) restore() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.restored {
+		return nil
+	}
+	r.restored = true
+	if err := unix.IoctlSetTermios(r.caller, unix.TCSETS, r.saved); err != nil {
+		return fmt.Errorf("restore the terminal's settings: %w", err)
+	}
+	return nil
+}
+
+// Close stops relaying and restores the caller's terminal settings. It may be called more
+// than once: as soon as the call has ended, so that berm's own messages print on a terminal
+// in its usual mode, and deferred, for every other way out.
+func (r *Relay) Close() error {
+	r.stop.Do(func() {
+		signal.Stop(r.sigs)
+		close(r.done)
+		_, _ = r.wakeW.Write([]byte{0})
+	})
+	// The input goroutine may be in a write to the master (a tool that reads nothing): it is
+	// not waited for; it stops reading the caller's terminal once woken, and the pipe and the
+	// master go with the process.
+	return r.restore()
+}
