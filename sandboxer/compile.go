@@ -45,7 +45,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	env := &callEnv{compiled: c}
 	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: "berm-" + spec.CallID,
-		TmpBytes: spec.Limits.TmpBytes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
+		TmpBytes: spec.Limits.TmpBytes, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
 	if c.Mode == policy.Enforce {
@@ -54,7 +54,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	} else {
 		env.init.HostRoot = true
 	}
-	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, MaskedLinks: plan.MaskedLinks}
+	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {
 		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
 		cp.Deny = append(cp.Deny, filepath.Clean(d))

@@ -107,6 +107,15 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
+	wsDir, err := openWorkspaceDir(spec.Workspace, deniedTrees(spec.Policy))
+	if err != nil {
+		return nil, err
+	}
+	defer wsDir.Close()
+	if wsDir.Path != spec.Workspace {
+		spec.Env = retargetHome(spec.Env, spec.Workspace, wsDir.Path)
+		spec.Workspace = wsDir.Path
+	}
 	env, err := compile(&spec)
 	if err != nil {
 		return nil, err
@@ -116,11 +125,6 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		return nil, err
 	}
 	defer release()
-	ws, err := openWorkspace(spec.Workspace)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(ws)
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	var sb *sandbox
 	if env.init.NewNet {
@@ -157,6 +161,13 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	} else {
 		defer sb.discard()
 	}
+
+	ws, err := idmappedTree(wsDir, sb.ids.UID, sb.ids.GID)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ws)
+	env.init.HostUID, env.init.HostGID = sb.ids.UID, sb.ids.GID
 
 	host, _ := os.Hostname()
 	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.

@@ -23,6 +23,7 @@ type sandbox struct {
 	newNet bool
 	cg     *cgroup.Cgroup
 	lease  *cgroup.Lease
+	ids    *hostIDs // the tool's host uid and gid, this sandbox's alone
 	cmd    *exec.Cmd
 	cfg    int      // the launcher's end of the config socket (config, then the caller's stdin)
 	stat   *os.File // the init's status, when the tool has ended
@@ -49,6 +50,9 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		}
 	}()
 	if s.lease, err = cg.TakeLease(tenant, name); err != nil {
+		return nil, err
+	}
+	if s.ids, err = ids.take(); err != nil {
 		return nil, err
 	}
 
@@ -193,6 +197,10 @@ func (s *sandbox) discard() error {
 	_ = s.ready()
 	if err := s.cg.KillAndWait(5 * time.Second); err != nil {
 		errs = append(errs, err)
+	} else {
+		// Nothing runs as its ids any more: another sandbox may have them.
+		ids.release(s.ids)
+		s.ids = nil
 	}
 	if err := s.cg.Remove(); err != nil {
 		errs = append(errs, err)
@@ -200,15 +208,4 @@ func (s *sandbox) discard() error {
 		s.lease.Release()
 	}
 	return errors.Join(errs...)
-}
-
-// openWorkspace detaches a copy of the workspace's mount, without its sub-mounts, for the
-// init to attach in the call's root. A path would not do: a warm init's mount namespace is a
-// copy of the host's from before the call, and may not show the workspace's file system.
-func openWorkspace(dir string) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("open workspace %s: %w", dir, err)
-	}
-	return fd, nil
 }

@@ -8,15 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -45,11 +44,6 @@ type RootPlan struct {
 	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
 	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
 	Masked []string `json:"masked"`
-	// MaskedLinks are files in the workspace that are hard links to an inode with links
-	// outside it: Landlock judges the path walked, so such a link would lend the workspace's
-	// rights to a file the policy does not grant. Each is covered by an empty, root-owned file
-	// of mode 0 (EACCES).
-	MaskedLinks []string `json:"masked_links,omitempty"`
 }
 
 // Config is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
@@ -60,10 +54,12 @@ type Config struct {
 	Workspace string   `json:"workspace"`
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmp_bytes"`
-	UID       uint32   `json:"uid"`
-	GID       uint32   `json:"gid"`
-	NewNet    bool     `json:"new_net"`
-	Root      RootPlan `json:"root"`
+	// HostUID and HostGID are the sandbox's own host ids: the tool runs as ToolUID/ToolGID in a
+	// user namespace that maps them to these (see startTool).
+	HostUID uint32   `json:"host_uid"`
+	HostGID uint32   `json:"host_gid"`
+	NewNet  bool     `json:"new_net"`
+	Root    RootPlan `json:"root"`
 	// HostRoot keeps the host's file system view (audit mode: the mount layer cannot only
 	// report, so it steps aside; /tmp is still private and the workspace still bound).
 	HostRoot bool `json:"host_root,omitempty"`
@@ -88,6 +84,9 @@ type Status struct {
 
 // Main is the sandbox init. It never returns.
 func Main() {
+	if len(os.Args) == 2 && os.Args[1] == toolArg {
+		toolMain()
+	}
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
 	status := os.NewFile(4, "status")
@@ -142,41 +141,42 @@ func Main() {
 			report(Status{Error: err.Error()}, 125)
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		report(Status{Error: "no_new_privs: " + err.Error()}, 125)
-	}
-	// From here on the init is as confined as the tool will be: whatever fails closes the call.
-	if cfg.Landlock != nil {
-		if err := landlock.Restrict(*cfg.Landlock); err != nil {
-			report(Status{Error: "landlock: " + err.Error()}, 125)
-		}
-	}
-	if len(cfg.Seccomp) > 0 {
-		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
-			report(Status{Error: "seccomp: " + err.Error()}, 125)
-		}
-	}
-
 	// The launcher places this process in the v1 cgroups (hybrid hosts) while it set itself up;
 	// the tool, and everything it forks, starts only once that is done.
 	var goByte [1]byte
 	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
 		report(Status{Error: "launcher did not let the call start"}, 125)
 	}
-	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	cmd, failed, err := startTool(&cfg, stdin)
 	if err != nil {
-		report(Status{Error: err.Error(), Exited: true, Code: 127}, 127)
+		report(Status{Error: err.Error()}, 125)
 	}
-	cmd := &exec.Cmd{
-		Path: path, Args: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace,
-		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
-		},
+	stdin.Close()
+	// The init confines itself as the tool is confined: it stays in the call until its end.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		_ = cmd.Process.Kill()
+		report(Status{Error: "no_new_privs: " + err.Error()}, 125)
 	}
-	if err := cmd.Start(); err != nil {
-		report(Status{Error: err.Error(), Exited: true, Code: 126}, 126)
+	if cfg.Landlock != nil {
+		if err := landlock.Restrict(*cfg.Landlock); err != nil {
+			_ = cmd.Process.Kill()
+			report(Status{Error: "landlock: " + err.Error()}, 125)
+		}
 	}
+	if len(cfg.Seccomp) > 0 {
+		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
+			_ = cmd.Process.Kill()
+			report(Status{Error: "seccomp: " + err.Error()}, 125)
+		}
+	}
+	// Nothing on the failure pipe: the tool is running.
+	var tf toolFailure
+	if data, _ := io.ReadAll(failed); len(data) > 0 && json.Unmarshal(data, &tf) == nil {
+		_ = cmd.Wait()
+		// 126 and 127 are the tool's (could not execute, not found); 125 is the setup's.
+		report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
+	}
+	failed.Close()
 	tool := cmd.Process.Pid
 	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends;
 	// when init exits, the kernel kills whatever else is left in the namespace.
@@ -315,9 +315,6 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
 		return err
 	}
-	if err := maskLinks(newRoot, cfg.Root.MaskedLinks); err != nil {
-		return err
-	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
 		return err
@@ -384,30 +381,6 @@ func bindWorkspace(ws int, dst, name string) error {
 	}
 	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount workspace nosuid: %w", err)
-	}
-	return nil
-}
-
-// maskLinks covers each path with an empty file no one but root may open.
-func maskLinks(root string, paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
-	blank := filepath.Join(root, ".berm-masked-link")
-	if err := os.WriteFile(blank, nil, 0); err != nil {
-		return fmt.Errorf("mask hard links: %w", err)
-	}
-	if err := os.Chmod(blank, 0); err != nil {
-		return fmt.Errorf("mask hard links: %w", err)
-	}
-	for _, p := range paths {
-		dst := filepath.Join(root, p)
-		if err := unix.Mount(blank, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mask hard link %s: %w", p, err)
-		}
-		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("mask hard link %s read-only: %w", p, err)
-		}
 	}
 	return nil
 }

@@ -187,9 +187,9 @@ func (o *Options) Resolve() (cleanup func(), err error) {
 	if ws, err = filepath.Abs(ws); err != nil {
 		return cleanup, fmt.Errorf("workspace: %w", err)
 	}
-	if r.Workspace, err = filepath.EvalSymlinks(ws); err != nil {
-		return cleanup, fmt.Errorf("workspace: %w", err)
-	}
+	// Not resolved here: the launcher resolves it once, refusing a symlink planted to
+	// redirect the call, and holds it open from then on.
+	r.Workspace = ws
 	if r.UID, r.GID, err = runUser(o.User, r.Workspace); err != nil {
 		return cleanup, fmt.Errorf("--user: %w", err)
 	}

@@ -1,0 +1,167 @@
+package sandboxinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/policy/seccomp"
+)
+
+// The tool runs in a user namespace of its own, as ToolUID/ToolGID inside, mapped to the host
+// ids its sandbox was given (one uid and one gid, nothing else: the host's root and every
+// other user show as nobody). The namespace must be created by a process whose effective uid
+// is the host id: per-user kernel counts (inotify instances, user namespaces) are charged to
+// the namespace's owner at every level up, so a namespace root made would couple every call
+// to root's limits. And it must be created before the init confines itself (its seccomp
+// filter refuses new namespaces, its Landlock domain writing the id maps). So the init starts
+// a second stage, berm-init with toolArg, in the new namespace; that stage confines itself as
+// the tool will be (no_new_privs, Landlock, seccomp) and executes the tool in its place.
+const (
+	ToolUID = 1000
+	ToolGID = 1000
+	toolArg = "tool"
+)
+
+// toolConfig is what the second stage reads on fd 3; it reports a failure to start the tool
+// on fd 4 (close-on-exec: nothing arrives when the tool started).
+type toolConfig struct {
+	Argv     []string          `json:"argv"`
+	Env      []string          `json:"env"`
+	Dir      string            `json:"dir"`
+	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
+	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+}
+
+type toolFailure struct {
+	Code  int    `json:"code"`
+	Error string `json:"error"`
+}
+
+// startTool starts the second stage as the call's identity and hands it its configuration.
+// It returns the stage's process (the tool's, once it executes) and its failure pipe.
+func startTool(cfg *Config, stdin *os.File) (*exec.Cmd, *os.File, error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cfgR.Close()
+	failR, failW, err := os.Pipe()
+	if err != nil {
+		cfgW.Close()
+		return nil, nil, err
+	}
+	defer failW.Close()
+	cmd := &exec.Cmd{
+		// The init's own binary, reached through its magic link: the call's root does not have it.
+		Path: "/proc/self/exe", Args: []string{Arg0, toolArg}, Env: []string{},
+		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		ExtraFiles: []*os.File{cfgR, failW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(cfg.HostUID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(cfg.HostGID), Size: 1}},
+			Credential:  &syscall.Credential{Uid: ToolUID, Gid: ToolGID},
+		},
+	}
+	if err := startAs(cmd, cfg.HostUID, cfg.HostGID); err != nil {
+		cfgW.Close()
+		failR.Close()
+		return nil, nil, err
+	}
+	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp}
+	err = json.NewEncoder(cfgW).Encode(tc)
+	cfgW.Close()
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		failR.Close()
+		return nil, nil, fmt.Errorf("configure the tool's stage: %w", err)
+	}
+	return cmd, failR, nil
+}
+
+// startAs starts cmd with the init's effective ids switched to the host ids for the clone, so
+// the new user namespace belongs to them; the real and saved ids stay root, which switches
+// back. No supplementary group survives: root's would stay with the tool, unremovable once
+// setgroups is denied in its namespace.
+func startAs(cmd *exec.Cmd, uid, gid uint32) (err error) {
+	if uid == 0 || gid == 0 {
+		return fmt.Errorf("the call has no host ids of its own (uid %d gid %d)", uid, gid)
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setresgid(0, int(gid), 0); err != nil {
+		return fmt.Errorf("switch to gid %d: %w", gid, err)
+	}
+	if err := syscall.Setresuid(0, int(uid), 0); err != nil {
+		_ = syscall.Setresgid(0, 0, 0)
+		return fmt.Errorf("switch to uid %d: %w", uid, err)
+	}
+	defer func() {
+		// Back to root: the init must still confine itself, and it reaps the call.
+		if e := syscall.Setresuid(0, 0, 0); e != nil && err == nil {
+			err = fmt.Errorf("switch back to root: %w", e)
+		}
+		if e := syscall.Setresgid(0, 0, 0); e != nil && err == nil {
+			err = fmt.Errorf("switch back to root's group: %w", e)
+		}
+	}()
+	// A change of effective uid makes the process undumpable, and /proc/PID/uid_map of the
+	// child (which shares the init's memory until it executes) root's: the new owner could
+	// not write the maps.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable for the id maps: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the tool's stage: %w", err)
+	}
+	return nil
+}
+
+// toolMain is the second stage: the call's identity, inside its user namespace.
+func toolMain() {
+	runtime.LockOSThread()
+	fail := os.NewFile(4, "failure")
+	unix.CloseOnExec(4)
+	exit := func(code int, err error) {
+		_ = json.NewEncoder(fail).Encode(toolFailure{Code: code, Error: err.Error()})
+		os.Exit(code)
+	}
+	var tc toolConfig
+	cfgR := os.NewFile(3, "config")
+	if err := json.NewDecoder(cfgR).Decode(&tc); err != nil {
+		exit(125, fmt.Errorf("read the tool's configuration: %w", err))
+	}
+	cfgR.Close()
+	if err := unix.Chdir(tc.Dir); err != nil {
+		exit(126, fmt.Errorf("chdir %s: %w", tc.Dir, err))
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		exit(125, fmt.Errorf("no_new_privs: %w", err))
+	}
+	if tc.Landlock != nil {
+		if err := landlock.Restrict(*tc.Landlock); err != nil {
+			exit(125, fmt.Errorf("landlock: %w", err))
+		}
+	}
+	path, err := lookPath(tc.Argv[0], tc.Env)
+	if err != nil {
+		exit(127, err)
+	}
+	if len(tc.Seccomp) > 0 {
+		// The locked thread is the one that executes: filtering it alone is meant.
+		if err := seccomp.Install(tc.Seccomp, seccomp.NoTSync); err != nil {
+			exit(125, fmt.Errorf("seccomp: %w", err))
+		}
+	}
+	err = unix.Exec(path, tc.Argv, tc.Env)
+	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))
+}
