@@ -162,7 +162,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		defer sb.discard()
 	}
 
-	ws, err := idmappedTree(wsDir, sb.ids.UID, sb.ids.GID)
+	ws, err := idmappedTree(wsDir, sb.ids.UID, sb.ids.GID, env.wsNoExec)
 	if err != nil {
 		return nil, err
 	}

@@ -139,8 +139,8 @@ func checkLinks(given, resolved string, links []string, owner uint32, deny []str
 // show as the sandbox's host ids, and the other way round: inside the call the tool (its
 // user namespace maps ToolUID to hostUID) owns the workspace, and what it creates belongs to
 // the workspace's owner on the host. Files of anyone else map to nobody. The mount is also
-// nosuid and nodev.
-func idmappedTree(w *workspaceDir, hostUID, hostGID uint32) (int, error) {
+// nosuid and nodev, and noexec when asked.
+func idmappedTree(w *workspaceDir, hostUID, hostGID uint32, noexec bool) (int, error) {
 	tree, err := unix.OpenTree(w.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open workspace %s: %w", w.Path, err)
@@ -152,6 +152,9 @@ func idmappedTree(w *workspaceDir, hostUID, hostGID uint32) (int, error) {
 	}
 	defer unix.Close(userns)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(userns)}
+	if noexec {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 		unix.Close(tree)
 		return -1, fmt.Errorf("idmap workspace %s (its file system must support idmapped mounts): %w", w.Path, err)

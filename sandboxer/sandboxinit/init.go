@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,6 +59,10 @@ type Config struct {
 	HostGID uint32   `json:"host_gid"`
 	NewNet  bool     `json:"new_net"`
 	Root    RootPlan `json:"root"`
+	// TmpNoExec mounts the call's /tmp noexec; MemfdNoExec sets vm.memfd_noexec=2 in the
+	// call's pid namespace (the policy grants no exec on a writable tree).
+	TmpNoExec   bool `json:"tmp_noexec,omitempty"`
+	MemfdNoExec bool `json:"memfd_noexec,omitempty"`
 	// HostRoot keeps the host's file system view (audit mode: the mount layer cannot only
 	// report, so it steps aside; /tmp is still private and the workspace still bound).
 	HostRoot bool `json:"host_root,omitempty"`
@@ -128,56 +131,69 @@ func Main() {
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
 	unix.Close(3)
-	if err := setupMounts(&cfg, prepared); err != nil {
-		report(Status{Error: err.Error()}, 125)
-	}
-	// The workspace's fd was used by number: its File must not be collected (and closed) first.
-	runtime.KeepAlive(fds[1])
-	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		report(Status{Error: "sethostname: " + err.Error()}, 125)
-	}
-	if cfg.NewNet {
-		if err := loopbackUp(); err != nil {
-			report(Status{Error: err.Error()}, 125)
-		}
-	}
-	// The launcher places this process in the v1 cgroups (hybrid hosts) while it set itself up;
-	// the tool, and everything it forks, starts only once that is done.
+	// The launcher places this process in the v1 cgroups (hybrid hosts) while it sets itself
+	// up; the tool's stage, and everything it forks, starts only once that is done.
 	var goByte [1]byte
 	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
 		report(Status{Error: "launcher did not let the call start"}, 125)
 	}
-	cmd, failed, err := startTool(&cfg, stdin)
+	// The init's /proc must be the call's pid namespace's before it forks: the id maps of its
+	// child are written through /proc/PID, PID as this namespace numbers it. Mounts made here
+	// stay in the call (made private first).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		report(Status{Error: "make mounts private: " + err.Error()}, 125)
+	}
+	if err := mountProc("/proc"); err != nil {
+		report(Status{Error: err.Error()}, 125)
+	}
+	stage, err := startTool(&cfg, stdin)
 	if err != nil {
 		report(Status{Error: err.Error()}, 125)
 	}
 	stdin.Close()
-	// The init confines itself as the tool is confined: it stays in the call until its end.
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		_ = cmd.Process.Kill()
-		report(Status{Error: "no_new_privs: " + err.Error()}, 125)
+	fatal := func(msg string) {
+		stage.kill()
+		report(Status{Error: msg}, 125)
 	}
-	if cfg.Landlock != nil {
-		if err := landlock.Restrict(*cfg.Landlock); err != nil {
-			_ = cmd.Process.Kill()
-			report(Status{Error: "landlock: " + err.Error()}, 125)
+	if err := setupMounts(&cfg, prepared, stage.up); err != nil {
+		fatal(err.Error())
+	}
+	// The workspace's fd was used by number: its File must not be collected (and closed) first.
+	runtime.KeepAlive(fds[1])
+	if cfg.MemfdNoExec {
+		// Per pid namespace, inherited by nested ones and never lowered there: the tool
+		// cannot undo it.
+		if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
+			fatal("vm.memfd_noexec: " + err.Error())
 		}
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		fatal("sethostname: " + err.Error())
+	}
+	if cfg.NewNet {
+		if err := loopbackUp(); err != nil {
+			fatal(err.Error())
+		}
+	}
+	if err := stage.configure(&cfg); err != nil {
+		fatal(err.Error())
+	}
+	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
+	// Landlock domain would add nothing (it opens no file from here on) but the cost of
+	// building it twice.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fatal("no_new_privs: " + err.Error())
 	}
 	if len(cfg.Seccomp) > 0 {
 		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
-			_ = cmd.Process.Kill()
-			report(Status{Error: "seccomp: " + err.Error()}, 125)
+			fatal("seccomp: " + err.Error())
 		}
 	}
-	// Nothing on the failure pipe: the tool is running.
-	var tf toolFailure
-	if data, _ := io.ReadAll(failed); len(data) > 0 && json.Unmarshal(data, &tf) == nil {
-		_ = cmd.Wait()
+	if tf := stage.result(); tf != nil {
 		// 126 and 127 are the tool's (could not execute, not found); 125 is the setup's.
 		report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
 	}
-	failed.Close()
-	tool := cmd.Process.Pid
+	tool := stage.cmd.Process.Pid
 	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends;
 	// when init exits, the kernel kills whatever else is left in the namespace.
 	for {
@@ -284,7 +300,7 @@ func samePlan(a, b *RootPlan) bool {
 
 // setupMounts completes the call's root (prepared ahead when the init was warm and the plan
 // matches) and pivots into it.
-func setupMounts(cfg *Config, prepared *RootPlan) error {
+func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) error {
 	ws := cfg.workspaceTree
 	if cfg.HostRoot || (prepared != nil && !samePlan(prepared, &cfg.Root)) {
 		if prepared != nil {
@@ -298,14 +314,17 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return fmt.Errorf("make mounts private: %w", err)
 		}
-		return hostRootMounts(cfg, ws)
+		if err := hostRootMounts(cfg, ws); err != nil {
+			return err
+		}
+		return beforePivot()
 	}
 	if prepared == nil {
 		if err := prepareRoot(&cfg.Root); err != nil {
 			return err
 		}
 	}
-	if err := mountTmp(in("/tmp"), cfg.TmpBytes); err != nil {
+	if err := mountTmp(in("/tmp"), cfg.TmpBytes, cfg.TmpNoExec); err != nil {
 		return err
 	}
 	// The workspace at its own path (after /tmp: it may live under it), its sub-mounts masked.
@@ -317,6 +336,9 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
+		return err
+	}
+	if err := beforePivot(); err != nil {
 		return err
 	}
 	if err := unix.PivotRoot(newRoot, in("/.old-root")); err != nil {
@@ -344,7 +366,7 @@ func hostRootMounts(cfg *Config, ws int) error {
 	if err := mountProc("/proc"); err != nil {
 		return err
 	}
-	if err := mountTmp("/tmp", cfg.TmpBytes); err != nil {
+	if err := mountTmp("/tmp", cfg.TmpBytes, false); err != nil {
 		return err
 	}
 	if err := bindWorkspace(ws, cfg.Workspace, cfg.Workspace); err != nil {
@@ -362,9 +384,13 @@ func mountProc(dir string) error {
 }
 
 // mountTmp mounts the call's private, size-capped /tmp at dir.
-func mountTmp(dir string, size int64) error {
+func mountTmp(dir string, size int64, noexec bool) error {
 	opts := fmt.Sprintf("size=%d,mode=1777", size)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if noexec {
+		flags |= unix.MS_NOEXEC
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
 	return nil
@@ -379,9 +405,8 @@ func bindWorkspace(ws int, dst, name string) error {
 	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach workspace %s: %w", name, err)
 	}
-	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount workspace nosuid: %w", err)
-	}
+	// Its flags (nosuid, nodev, noexec unless exec is granted) and its idmap were set by the
+	// launcher: a remount here would replace them.
 	return nil
 }
 

@@ -2,7 +2,9 @@ package sandboxinit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -44,22 +46,31 @@ type toolFailure struct {
 	Error string `json:"error"`
 }
 
-// startTool starts the second stage as the call's identity and hands it its configuration.
-// It returns the stage's process (the tool's, once it executes) and its failure pipe.
-func startTool(cfg *Config, stdin *os.File) (*exec.Cmd, *os.File, error) {
+// toolStage is the second stage, started and waiting for its configuration.
+type toolStage struct {
+	cmd    *exec.Cmd
+	cfgW   *os.File // its configuration
+	failed *os.File // "up" once its runtime runs, then a toolFailure if the tool did not start
+}
+
+// startTool starts the second stage as the call's identity. It is started from the host's
+// view, before the call's root is built: its runtime's start-up reads (/sys) find what they
+// look for, and its start overlaps the init's mounts. The root switch reaches it as well
+// (pivot_root moves every process of the namespace whose root was the old one).
+func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer cfgR.Close()
 	failR, failW, err := os.Pipe()
 	if err != nil {
 		cfgW.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	defer failW.Close()
 	cmd := &exec.Cmd{
-		// The init's own binary, reached through its magic link: the call's root does not have it.
+		// The init's own binary through its magic link: the host ids may not traverse to it.
 		Path: "/proc/self/exe", Args: []string{Arg0, toolArg}, Env: []string{},
 		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		ExtraFiles: []*os.File{cfgR, failW},
@@ -73,19 +84,49 @@ func startTool(cfg *Config, stdin *os.File) (*exec.Cmd, *os.File, error) {
 	if err := startAs(cmd, cfg.HostUID, cfg.HostGID); err != nil {
 		cfgW.Close()
 		failR.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp}
-	err = json.NewEncoder(cfgW).Encode(tc)
-	cfgW.Close()
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		failR.Close()
-		return nil, nil, fmt.Errorf("configure the tool's stage: %w", err)
-	}
-	return cmd, failR, nil
+	return &toolStage{cmd: cmd, cfgW: cfgW, failed: failR}, nil
 }
+
+// up waits until the stage's runtime has started (it reads nothing of the host after that).
+func (t *toolStage) up() error {
+	var b [1]byte
+	if n, _ := t.failed.Read(b[:]); n != 1 || b[0] != stageUp {
+		return errors.New("the tool's stage ended before it started")
+	}
+	return nil
+}
+
+// configure hands the stage the tool's configuration; it then confines itself and executes.
+func (t *toolStage) configure(cfg *Config) error {
+	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp}
+	err := json.NewEncoder(t.cfgW).Encode(tc)
+	t.cfgW.Close()
+	if err != nil {
+		return fmt.Errorf("configure the tool's stage: %w", err)
+	}
+	return nil
+}
+
+// kill ends a stage whose call could not be set up.
+func (t *toolStage) kill() {
+	_ = t.cmd.Process.Kill()
+	_ = t.cmd.Wait()
+}
+
+// result waits until the stage executed the tool (its failure pipe closes on exec) or failed.
+func (t *toolStage) result() *toolFailure {
+	defer t.failed.Close()
+	var tf toolFailure
+	if data, _ := io.ReadAll(t.failed); len(data) > 0 && json.Unmarshal(data, &tf) == nil {
+		_ = t.cmd.Wait()
+		return &tf
+	}
+	return nil
+}
+
+const stageUp = 'u'
 
 // startAs starts cmd with the init's effective ids switched to the host ids for the clone, so
 // the new user namespace belongs to them; the real and saved ids stay root, which switches
@@ -131,6 +172,9 @@ func toolMain() {
 	runtime.LockOSThread()
 	fail := os.NewFile(4, "failure")
 	unix.CloseOnExec(4)
+	if _, err := fail.Write([]byte{stageUp}); err != nil {
+		os.Exit(125)
+	}
 	exit := func(code int, err error) {
 		_ = json.NewEncoder(fail).Encode(toolFailure{Code: code, Error: err.Error()})
 		os.Exit(code)
