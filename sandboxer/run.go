@@ -35,9 +35,10 @@ type Spec struct {
 	CallID, Tool, Tenant string
 	Argv                 []string
 	Workspace            string // bind-mounted read-write, the working directory
-	Env                  []string
-	UID, GID             uint32
-	Limits               event.Limits
+	// Env is the tool's whole environment. Who the tool runs as is not the caller's to say: its
+	// sandbox's own host ids (uidalloc.go), uid and gid ToolUID/ToolGID inside.
+	Env    []string
+	Limits event.Limits
 	// Policy is the call's ToolPolicy (policy.Strict() by default). It is compiled for this
 	// call's workspace before anything starts; a policy that does not compile does not run.
 	Policy         *policy.Policy

@@ -69,19 +69,32 @@ func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 		return nil, err
 	}
 	defer failW.Close()
-	cmd := &exec.Cmd{
-		// The init's own binary through its magic link: the host ids may not traverse to it.
-		Path: "/proc/self/exe", Args: []string{Arg0, toolArg}, Env: []string{},
-		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		ExtraFiles: []*os.File{cfgR, failW},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(cfg.HostUID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(cfg.HostGID), Size: 1}},
-			Credential:  &syscall.Credential{Uid: ToolUID, Gid: ToolGID},
-		},
+	// The init's own binary by its path (the timeline names it so); through its magic link
+	// when the host ids cannot reach that path.
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
 	}
-	if err := startAs(cmd, cfg.HostUID, cfg.HostGID); err != nil {
+	stageCmd := func(path string) *exec.Cmd {
+		return &exec.Cmd{
+			Path: path, Args: []string{Arg0, toolArg}, Env: []string{},
+			Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			ExtraFiles: []*os.File{cfgR, failW},
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags:  syscall.CLONE_NEWUSER,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(cfg.HostUID), Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(cfg.HostGID), Size: 1}},
+				Credential:  &syscall.Credential{Uid: ToolUID, Gid: ToolGID},
+			},
+		}
+	}
+	cmd := stageCmd(self)
+	err = startAs(cmd, cfg.HostUID, cfg.HostGID)
+	if errors.Is(err, syscall.EACCES) && cmd.Path != "/proc/self/exe" {
+		cmd = stageCmd("/proc/self/exe")
+		err = startAs(cmd, cfg.HostUID, cfg.HostGID)
+	}
+	if err != nil {
 		cfgW.Close()
 		failR.Close()
 		return nil, err
