@@ -223,3 +223,44 @@ print("fd", fd, "errno", ctypes.get_errno())
 		t.Errorf("another call got no inotify instance while the hog held its own:\n%s\n%s\n(hog: %s)", r.Stdout, r.Stderr, h.Stdout)
 	}
 }
+
+// What a call makes in a root-owned workspace belongs to root on the host: it must not be able
+// to leave a setuid or setgid program there for a host user to run as root.
+func TestNoSetIDFilesInTheWorkspace(t *testing.T) {
+	bermbin.RequireRoot(t)
+	ws, err := os.MkdirTemp("", "berm-setid-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(ws)
+	os.Chmod(ws, 0o755)
+	state := t.TempDir()
+	r := run(t, state, "--call-id", "setid", "--workspace", ws, "--", "sh", "-c", `cp /usr/bin/id ./a && chmod 4755 a; echo "chmod=$?"
+chmod g+s a; echo "chmodg=$?"
+python3 -c 'import os; os.open("b", os.O_CREAT|os.O_WRONLY, 0o6755)'; echo "create=$?"
+mkdir -m 2755 c; echo "mkdir=$?"`)
+	for _, refused := range []string{"chmod", "chmodg", "create", "mkdir"} {
+		if !strings.Contains(r.Stdout, refused+"=") || strings.Contains(r.Stdout, refused+"=0\n") {
+			t.Errorf("want %s refused:\n%s\n%s", refused, r.Stdout, r.Stderr)
+		}
+	}
+	filepath.Walk(ws, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s has %v on the host", p, fi.Mode())
+		}
+		return nil
+	})
+	if a, err := os.Stat(filepath.Join(ws, "a")); err != nil || a.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the tool's copy should exist, root's on the host: %v", err)
+	}
+	tl := bermbin.Timeline(t, state, "setid")
+	found := false
+	for _, e := range tl.Events {
+		if e.Denial != nil && e.Denial.Layer == "seccomp" && strings.Contains(e.Denial.Rule, "setuid") && strings.Contains(e.Denial.Object, "/a") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no denial for the setuid chmod: %+v", denials(tl.Events))
+	}
+}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -23,8 +24,25 @@ const (
 // fdPath is an exec through a file descriptor's magic link (fexecve of a memfd).
 var fdPath = regexp.MustCompile(`^/(proc/(self|thread-self|[0-9]+)|dev)/fd/[0-9]+$`)
 
+// ruleSetID: the launcher's own filter refuses setuid and setgid bits on every call's files:
+// through the workspace's idmapped mount they would belong to its owner on the host.
+const ruleSetID = "no setuid or setgid bits: the call's files belong to the workspace's owner on the host"
+
 func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
-	if !p.NoExec || !denied(sc.Result) {
+	if !denied(sc.Result) {
+		return nil
+	}
+	if mode, ok := chmodMode(sc); ok && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && sc.Result == -int64(unix.EPERM) {
+		path, dirfd := sc.Path, int32(unix.AT_FDCWD)
+		if strings.HasPrefix(sc.Name, "fchmodat") {
+			dirfd = int32(sc.Args[0])
+		}
+		if abs, ok := p.resolve(sc.Path, dirfd); ok {
+			path = abs
+		}
+		return &event.Denial{Layer: "seccomp", Surface: "policy", Rule: ruleSetID, Object: fmt.Sprintf("%s %s %#o", sc.Name, path, mode)}
+	}
+	if !p.NoExec {
 		return nil
 	}
 	switch sc.Name {
@@ -51,4 +69,15 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 		}
 	}
 	return nil
+}
+
+// chmodMode is the mode a chmod-family call asks for.
+func chmodMode(sc *event.Syscall) (uint64, bool) {
+	switch sc.Name {
+	case "chmod", "fchmod":
+		return sc.Args[1], true
+	case "fchmodat", "fchmodat2":
+		return sc.Args[2], true
+	}
+	return 0, false
 }

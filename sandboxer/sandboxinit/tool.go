@@ -219,6 +219,9 @@ func toolMain() {
 			exit(125, fmt.Errorf("seccomp: %w", err))
 		}
 	}
+	if err := seccomp.Install(setIDFilter(), seccomp.NoTSync); err != nil {
+		exit(125, fmt.Errorf("seccomp (no setuid or setgid files): %w", err))
+	}
 	err = unix.Exec(path, tc.Argv, tc.Env)
 	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))
 }
