@@ -70,7 +70,7 @@ func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 	}
 	defer failW.Close()
 	// The init's own binary by its path (the timeline names it so); through its magic link
-	// when the host ids cannot reach that path.
+	// when that path cannot be reached.
 	self, err := os.Executable()
 	if err != nil {
 		self = "/proc/self/exe"
@@ -90,7 +90,8 @@ func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 	}
 	cmd := stageCmd(self)
 	err = startAs(cmd, cfg.HostUID, cfg.HostGID)
-	if errors.Is(err, syscall.EACCES) && cmd.Path != "/proc/self/exe" {
+	if err != nil && cmd.Path != "/proc/self/exe" {
+		// Unreachable by the host ids, or hidden (a warm init's prepared root covers /tmp).
 		cmd = stageCmd("/proc/self/exe")
 		err = startAs(cmd, cfg.HostUID, cfg.HostGID)
 	}
