@@ -264,3 +264,26 @@ mkdir -m 2755 c; echo "mkdir=$?"`)
 		t.Errorf("no denial for the setuid chmod: %+v", denials(tl.Events))
 	}
 }
+
+// Through bermd, a warm sandbox prepares the idmap of its tenant's last workspace owner; a
+// call whose workspace has another owner still gets its own: what each tool makes belongs to
+// its workspace's owner.
+func TestWarmSandboxesMapEachCallsOwner(t *testing.T) {
+	bermbin.RequireRoot(t)
+	socket, log := startBermd(t)
+	for i, owner := range []int{65534, 0, 4242, 4242} {
+		ws := bermbin.Workspace(t)
+		os.Chown(ws, owner, owner)
+		r := bermbin.Berm(t, nil, "run", "--socket", socket, "--daemon", "required", "--workspace", ws, "--", "sh", "-c", "echo x > f")
+		if r.Exit != 0 {
+			t.Fatalf("call %d: exit %d\n%s\n%s\nbermd:\n%s", i, r.Exit, r.Stdout, r.Stderr, log)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(ws, "f"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if int(st.Uid) != owner || int(st.Gid) != owner {
+			t.Errorf("call %d: f is owned by %d:%d, not by the workspace's owner %d", i, st.Uid, st.Gid, owner)
+		}
+	}
+}

@@ -40,28 +40,12 @@ func BenchmarkLaunchByWorkspaceSize(b *testing.B) {
 			}
 		}
 	}
-	socket := filepath.Join(dir, "bermd.sock")
-	var log bytes.Buffer
-	d := exec.Command(bermbin.Path(b, "bermd"), "--state-dir", filepath.Join(dir, "state"), "--socket", socket,
-		"--metrics", "127.0.0.1:0", "--no-rules")
-	d.Stderr = &log
-	if err := d.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { d.Process.Signal(os.Interrupt); d.Wait() }()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("bermd did not start:\n%s", &log)
-		}
-	}
+	socket, log := startBermd(b)
 	launch := func(ws string) time.Duration {
 		cmd := exec.Command(bermbin.Path(b, "berm"), "run", "--socket", socket, "--daemon", "required", "--workspace", ws, "--", "/bin/true")
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("berm run: %v\n%s\nbermd:\n%s", err, out, &log)
+			b.Fatalf("berm run: %v\n%s\nbermd:\n%s", err, out, log)
 		}
 		took := time.Since(start)
 		// Let the pool refill: the warm launch is measured, not a cold one after a burst.
@@ -87,4 +71,28 @@ func median(d []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
+}
+
+// startBermd starts a bermd for one test or benchmark (warm sandboxes, its own state and
+// socket) and returns its socket and log.
+func startBermd(tb testing.TB) (string, *bytes.Buffer) {
+	tb.Helper()
+	dir := tb.TempDir()
+	socket := filepath.Join(dir, "bermd.sock")
+	log := &bytes.Buffer{}
+	d := exec.Command(bermbin.Path(tb, "bermd"), "--state-dir", filepath.Join(dir, "state"), "--socket", socket,
+		"--metrics", "127.0.0.1:0", "--no-rules")
+	d.Stderr = log
+	if err := d.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Process.Signal(os.Interrupt); d.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(socket); err == nil {
+			return socket, log
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("bermd did not start:\n%s", log)
+		}
+	}
 }

@@ -129,7 +129,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	var sb *sandbox
 	if env.init.NewNet {
-		sb = spec.Pool.take(spec.Tenant, env.init.Root)
+		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID)
 	}
 	if sb != nil {
 		spec.Pool.Warm.Add(1)
@@ -163,7 +163,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		defer sb.discard()
 	}
 
-	ws, err := idmappedTree(wsDir, sb.ids.UID, sb.ids.GID, env.wsNoExec)
+	ws, err := idmappedTree(wsDir, sb, env.wsNoExec)
 	if err != nil {
 		return nil, err
 	}

@@ -24,13 +24,16 @@ type sandbox struct {
 	cg     *cgroup.Cgroup
 	lease  *cgroup.Lease
 	ids    *hostIDs // the tool's host uid and gid, this sandbox's alone
-	cmd    *exec.Cmd
-	cfg    int      // the launcher's end of the config socket (config, then the caller's stdin)
-	stat   *os.File // the init's status, when the tool has ended
-	goW    *os.File // one byte lets the init start the tool
-	out    *os.File // the init's (and the tool's) stdout and stderr
-	errR   *os.File
-	mntns  *os.File
+	// idmap maps a workspace owner to ids, prepared ahead for a warm sandbox (-1: none).
+	idmap              int
+	idmapUID, idmapGID uint32
+	cmd                *exec.Cmd
+	cfg                int      // the launcher's end of the config socket (config, then the caller's stdin)
+	stat               *os.File // the init's status, when the tool has ended
+	goW                *os.File // one byte lets the init start the tool
+	out                *os.File // the init's (and the tool's) stdout and stderr
+	errR               *os.File
+	mntns              *os.File
 	// joined reports the v1 joins; joinErr keeps their outcome once read.
 	joined  chan error
 	joinErr error
@@ -43,7 +46,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1}
+	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1, idmap: -1}
 	defer func() {
 		if err != nil {
 			s.discard()
@@ -183,6 +186,10 @@ func (s *sandbox) discard() error {
 		unix.Close(s.cfg)
 		s.cfg = -1
 	}
+	if s.idmap >= 0 {
+		unix.Close(s.idmap)
+		s.idmap = -1
+	}
 	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR, s.mntns} {
 		if f != nil {
 			f.Close()
@@ -208,4 +215,29 @@ func (s *sandbox) discard() error {
 		s.lease.Release()
 	}
 	return errors.Join(errs...)
+}
+
+// prepareIdmap makes the user namespace that maps a workspace owner to the sandbox's ids.
+func (s *sandbox) prepareIdmap(uid, gid uint32) error {
+	fd, err := mappingUserns(uid, s.ids.UID, gid, s.ids.GID)
+	if err != nil {
+		return err
+	}
+	s.idmap, s.idmapUID, s.idmapGID = fd, uid, gid
+	return nil
+}
+
+// idmapFor returns the user namespace mapping the workspace's owner to the sandbox's ids: the
+// prepared one when the owner is the one it was made for. The sandbox keeps it.
+func (s *sandbox) idmapFor(uid, gid uint32) (int, error) {
+	if s.idmap >= 0 && (s.idmapUID != uid || s.idmapGID != gid) {
+		unix.Close(s.idmap)
+		s.idmap = -1
+	}
+	if s.idmap < 0 {
+		if err := s.prepareIdmap(uid, gid); err != nil {
+			return -1, err
+		}
+	}
+	return s.idmap, nil
 }

@@ -140,17 +140,16 @@ func checkLinks(given, resolved string, links []string, owner uint32, deny []str
 // user namespace maps ToolUID to hostUID) owns the workspace, and what it creates belongs to
 // the workspace's owner on the host. Files of anyone else map to nobody. The mount is also
 // nosuid and nodev, and noexec when asked.
-func idmappedTree(w *workspaceDir, hostUID, hostGID uint32, noexec bool) (int, error) {
+func idmappedTree(w *workspaceDir, sb *sandbox, noexec bool) (int, error) {
 	tree, err := unix.OpenTree(w.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open workspace %s: %w", w.Path, err)
 	}
-	userns, err := mappingUserns(w.UID, hostUID, w.GID, hostGID)
+	userns, err := sb.idmapFor(w.UID, w.GID)
 	if err != nil {
 		unix.Close(tree)
 		return -1, fmt.Errorf("workspace %s: %w", w.Path, err)
 	}
-	defer unix.Close(userns)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(userns)}
 	if noexec {
 		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
