@@ -168,7 +168,6 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		return nil, err
 	}
 	defer unix.Close(ws)
-	env.init.HostUID, env.init.HostGID = sb.ids.UID, sb.ids.GID
 
 	host, _ := os.Hostname()
 	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.

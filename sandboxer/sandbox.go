@@ -30,7 +30,6 @@ type sandbox struct {
 	cmd                *exec.Cmd
 	cfg                int      // the launcher's end of the config socket (config, then the caller's stdin)
 	stat               *os.File // the init's status, when the tool has ended
-	goW                *os.File // one byte lets the init start the tool
 	out                *os.File // the init's (and the tool's) stdout and stderr
 	errR               *os.File
 	mntns              *os.File
@@ -97,8 +96,13 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s.goW = goW
 	toClose = append(toClose, goR)
+	closeGo := true
+	defer func() {
+		if closeGo {
+			goW.Close()
+		}
+	}()
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -115,7 +119,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		flags |= unix.CLONE_NEWNET
 	}
 	s.cmd = &exec.Cmd{
-		Path: initPath, Args: []string{sandboxinit.Arg0}, Env: []string{},
+		Path: initPath, Args: []string{sandboxinit.Arg0, sandboxinit.IDsArg(s.ids.UID, s.ids.GID)}, Env: []string{},
 		Stdin: devNull, Stdout: outW, Stderr: errW,
 		ExtraFiles: []*os.File{cfgR, statW, goR},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -142,8 +146,19 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	}
 	// On hybrid hosts the v1 controllers are joined while the call is being set up (a
 	// migration costs milliseconds of RCU waits); the init may start the tool only after.
+	// One byte on the go pipe tells the init it is in every cgroup of the call: only then does
+	// it start the tool's stage (a warm init, ahead of its call), whose processes the
+	// controllers must count.
 	s.joined = make(chan error, 1)
-	go func(pid int) { s.joined <- cg.JoinV1(pid) }(s.cmd.Process.Pid)
+	closeGo = false
+	go func(pid int) {
+		defer goW.Close()
+		err := cg.JoinV1(pid)
+		if err == nil {
+			_, err = goW.Write([]byte{1})
+		}
+		s.joined <- err
+	}(s.cmd.Process.Pid)
 	return s, nil
 }
 
@@ -167,15 +182,7 @@ func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace i
 	if err != nil {
 		return fmt.Errorf("configure sandbox init: %w", err)
 	}
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if _, err := s.goW.Write([]byte{1}); err != nil {
-		return fmt.Errorf("start the call: %w", err)
-	}
-	s.goW.Close()
-	s.goW = nil
-	return nil
+	return s.ready()
 }
 
 // discard ends a sandbox that will not run (or has run) its call: its processes killed, its
@@ -190,12 +197,12 @@ func (s *sandbox) discard() error {
 		unix.Close(s.idmap)
 		s.idmap = -1
 	}
-	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR, s.mntns} {
+	for _, f := range []*os.File{s.stat, s.out, s.errR, s.mntns} {
 		if f != nil {
 			f.Close()
 		}
 	}
-	s.goW, s.stat, s.out, s.errR, s.mntns = nil, nil, nil, nil, nil
+	s.stat, s.out, s.errR, s.mntns = nil, nil, nil, nil
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()

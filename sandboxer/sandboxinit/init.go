@@ -104,6 +104,31 @@ func Main() {
 	if err := closeOnExecFrom(3); err != nil {
 		report(Status{Error: "mark inherited files close-on-exec: " + err.Error()}, 125)
 	}
+	hostUID, hostGID, err := parseIDs(os.Args)
+	if err != nil {
+		report(Status{Error: err.Error()}, 125)
+	}
+	// startStage starts the tool's stage once the launcher says the init is in every cgroup
+	// of the call (one byte on fd 5): the stage, and everything it forks, must be counted.
+	var stage *toolStage
+	startStage := func() {
+		var goByte [1]byte
+		if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
+			report(Status{Error: "launcher did not let the call start"}, 125)
+		}
+		// The init's /proc must be the call's pid namespace's before it forks: the id maps of
+		// its child are written through /proc/PID, PID as this namespace numbers it. Mounts
+		// made here stay in the call (made private first).
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			report(Status{Error: "make mounts private: " + err.Error()}, 125)
+		}
+		if err := mountProc("/proc"); err != nil {
+			report(Status{Error: err.Error()}, 125)
+		}
+		if stage, err = startTool(hostUID, hostGID); err != nil {
+			report(Status{Error: err.Error()}, 125)
+		}
+	}
 	ch := &channel{fd: 3}
 	msg, fds, err := ch.next()
 	if err != nil {
@@ -112,12 +137,19 @@ func Main() {
 	}
 	var prepared *RootPlan
 	if msg.Prepare != nil {
-		// A warm init: build what does not depend on the call, then wait for one.
+		// A warm init: build what does not depend on the call, start the tool's stage, then
+		// wait for a call.
 		if err := prepareRoot(msg.Prepare); err != nil {
 			report(Status{Error: "prepare root: " + err.Error()}, 125)
 		}
 		prepared = msg.Prepare
+		startStage()
+		if err := stage.up(); err != nil {
+			stage.kill()
+			report(Status{Error: err.Error()}, 125)
+		}
 		if msg, fds, err = ch.next(); err != nil {
+			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
 	}
@@ -131,26 +163,9 @@ func Main() {
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
 	unix.Close(3)
-	// The launcher places this process in the v1 cgroups (hybrid hosts) while it sets itself
-	// up; the tool's stage, and everything it forks, starts only once that is done.
-	var goByte [1]byte
-	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
-		report(Status{Error: "launcher did not let the call start"}, 125)
+	if stage == nil {
+		startStage()
 	}
-	// The init's /proc must be the call's pid namespace's before it forks: the id maps of its
-	// child are written through /proc/PID, PID as this namespace numbers it. Mounts made here
-	// stay in the call (made private first).
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		report(Status{Error: "make mounts private: " + err.Error()}, 125)
-	}
-	if err := mountProc("/proc"); err != nil {
-		report(Status{Error: err.Error()}, 125)
-	}
-	stage, err := startTool(&cfg, stdin)
-	if err != nil {
-		report(Status{Error: err.Error()}, 125)
-	}
-	stdin.Close()
 	fatal := func(msg string) {
 		stage.kill()
 		report(Status{Error: msg}, 125)
@@ -175,9 +190,10 @@ func Main() {
 			fatal(err.Error())
 		}
 	}
-	if err := stage.configure(&cfg); err != nil {
+	if err := stage.configure(&cfg, stdin); err != nil {
 		fatal(err.Error())
 	}
+	stdin.Close()
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
 	// building it twice.

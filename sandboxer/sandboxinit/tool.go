@@ -49,20 +49,24 @@ type toolFailure struct {
 // toolStage is the second stage, started and waiting for its configuration.
 type toolStage struct {
 	cmd    *exec.Cmd
-	cfgW   *os.File // its configuration
+	cfgW   *os.File // its channel: its configuration and the tool's stdin
 	failed *os.File // "up" once its runtime runs, then a toolFailure if the tool did not start
+	isUp   bool
 }
 
-// startTool starts the second stage as the call's identity. It is started from the host's
-// view, before the call's root is built: its runtime's start-up reads (/sys) find what they
-// look for, and its start overlaps the init's mounts. The root switch reaches it as well
-// (pivot_root moves every process of the namespace whose root was the old one).
-func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
-	cfgR, cfgW, err := os.Pipe()
+// startTool starts the second stage as the sandbox's identity (hostUID, hostGID). It is
+// started as soon as the init is in every cgroup of the call (ahead of the call, for a warm
+// init), from the host's view: its runtime's start-up reads (/sys) find what they look for.
+// The call's root reaches it later: pivot_root moves every process of the namespace whose root
+// was the old one. It waits for its configuration and the tool's stdin on its channel.
+func startTool(hostUID, hostGID uint32) (*toolStage, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the tool's stage's channel: %w", err)
 	}
+	cfgR := os.NewFile(uintptr(pair[1]), "stage config")
 	defer cfgR.Close()
+	cfgW := os.NewFile(uintptr(pair[0]), "stage config")
 	failR, failW, err := os.Pipe()
 	if err != nil {
 		cfgW.Close()
@@ -78,22 +82,22 @@ func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 	stageCmd := func(path string) *exec.Cmd {
 		return &exec.Cmd{
 			Path: path, Args: []string{Arg0, toolArg}, Env: []string{},
-			Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 			ExtraFiles: []*os.File{cfgR, failW},
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags:  syscall.CLONE_NEWUSER,
-				UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(cfg.HostUID), Size: 1}},
-				GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(cfg.HostGID), Size: 1}},
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(hostUID), Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(hostGID), Size: 1}},
 				Credential:  &syscall.Credential{Uid: ToolUID, Gid: ToolGID},
 			},
 		}
 	}
 	cmd := stageCmd(self)
-	err = startAs(cmd, cfg.HostUID, cfg.HostGID)
+	err = startAs(cmd, hostUID, hostGID)
 	if err != nil && cmd.Path != "/proc/self/exe" {
 		// Unreachable by the host ids, or hidden (a warm init's prepared root covers /tmp).
 		cmd = stageCmd("/proc/self/exe")
-		err = startAs(cmd, cfg.HostUID, cfg.HostGID)
+		err = startAs(cmd, hostUID, hostGID)
 	}
 	if err != nil {
 		cfgW.Close()
@@ -105,6 +109,10 @@ func startTool(cfg *Config, stdin *os.File) (*toolStage, error) {
 
 // up waits until the stage's runtime has started (it reads nothing of the host after that).
 func (t *toolStage) up() error {
+	if t.isUp {
+		return nil
+	}
+	t.isUp = true
 	var b [1]byte
 	if n, _ := t.failed.Read(b[:]); n != 1 || b[0] != stageUp {
 		return errors.New("the tool's stage ended before it started")
@@ -112,10 +120,11 @@ func (t *toolStage) up() error {
 	return nil
 }
 
-// configure hands the stage the tool's configuration; it then confines itself and executes.
-func (t *toolStage) configure(cfg *Config) error {
+// configure hands the stage the tool's configuration and stdin; it then confines itself and
+// executes the tool.
+func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
 	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp}
-	err := json.NewEncoder(t.cfgW).Encode(tc)
+	err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd()))
 	t.cfgW.Close()
 	if err != nil {
 		return fmt.Errorf("configure the tool's stage: %w", err)
@@ -193,12 +202,17 @@ func toolMain() {
 		_ = json.NewEncoder(fail).Encode(toolFailure{Code: code, Error: err.Error()})
 		os.Exit(code)
 	}
-	var tc toolConfig
-	cfgR := os.NewFile(3, "config")
-	if err := json.NewDecoder(cfgR).Decode(&tc); err != nil {
-		exit(125, fmt.Errorf("read the tool's configuration: %w", err))
+	ch := &channel{fd: 3}
+	msg, fds, err := ch.next()
+	if err != nil || msg.Tool == nil || len(fds) != 1 || len(msg.Tool.Argv) == 0 {
+		exit(125, fmt.Errorf("read the tool's configuration (%d files): %v", len(fds), err))
 	}
-	cfgR.Close()
+	unix.Close(3)
+	tc := *msg.Tool
+	if err := unix.Dup3(int(fds[0].Fd()), 0, 0); err != nil {
+		exit(125, fmt.Errorf("the tool's stdin: %w", err))
+	}
+	fds[0].Close()
 	if err := unix.Chdir(tc.Dir); err != nil {
 		exit(126, fmt.Errorf("chdir %s: %w", tc.Dir, err))
 	}
@@ -225,4 +239,18 @@ func toolMain() {
 	}
 	err = unix.Exec(path, tc.Argv, tc.Env)
 	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))
+}
+
+// IDsArg passes the sandbox's host ids to its init (its second argument).
+func IDsArg(uid, gid uint32) string { return fmt.Sprintf("ids=%d:%d", uid, gid) }
+
+func parseIDs(args []string) (uint32, uint32, error) {
+	var uid, gid uint32
+	if len(args) != 2 {
+		return 0, 0, errors.New("the init was started without its sandbox's host ids")
+	}
+	if _, err := fmt.Sscanf(args[1], "ids=%d:%d", &uid, &gid); err != nil || uid == 0 || gid == 0 {
+		return 0, 0, fmt.Errorf("the sandbox's host ids %q: %v", args[1], err)
+	}
+	return uid, gid, nil
 }
