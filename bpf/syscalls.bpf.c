@@ -256,8 +256,10 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 	}
 	if (nr < 0 || nr >= BERM_MAX_SYSCALLS)
 		return 0;
-	/* A successful exec is the exec event; a refused one only shows here. */
-	if ((nr == 59 || nr == 322) && ret >= 0)
+	/* A successful exec is the exec event; a refused one only shows here. A mapping or
+	 * protection change is traced for its refusals only (a noexec mount refusing PROT_EXEC):
+	 * every process makes dozens that succeed. */
+	if ((nr == 59 || nr == 322 || nr == 9 || nr == 10) && ret >= 0)
 		return 0;
 	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
 	if (cfg->sys_mask[word] & (1ULL << (nr % 64)))

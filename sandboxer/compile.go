@@ -18,6 +18,8 @@ type callEnv struct {
 	init     sandboxinit.Config
 	judge    *policy.Judge
 	traced   []uint32
+	// wsNoExec mounts the workspace noexec: the policy grants no exec there.
+	wsNoExec bool
 }
 
 // recompile compiles the spec's policy again for the running call (hot reload), against the
@@ -45,16 +47,22 @@ func compile(spec *Spec) (*callEnv, error) {
 	env := &callEnv{compiled: c}
 	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: hostname(spec.CallID),
-		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, UID: spec.UID, GID: spec.GID, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
+		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
 	if c.Mode == policy.Enforce {
 		rs := c.Landlock
 		env.init.Landlock = &rs
+		// Writable is not executable where the policy grants no exec: the loader (ld.so
+		// ./payload) and LD_PRELOAD map with PROT_EXEC, which Landlock does not see and a
+		// noexec mount refuses; an executable memfd needs no path at all.
+		env.wsNoExec = c.FSAccess(spec.Workspace)&landlock.Execute == 0
+		env.init.TmpNoExec = c.FSAccess("/tmp")&landlock.Execute == 0
+		env.init.MemfdNoExec = env.wsNoExec && env.init.TmpNoExec
 	} else {
 		env.init.HostRoot = true
 	}
-	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, MaskedLinks: plan.MaskedLinks}
+	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, NoExec: env.init.MemfdNoExec}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {
 		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
 		cp.Deny = append(cp.Deny, filepath.Clean(d))
@@ -89,7 +97,12 @@ func compile(spec *Spec) (*callEnv, error) {
 			add(r.Nr)
 		}
 	}
-	for _, n := range []string{"execve", "execveat"} {
+	exec := []string{"execve", "execveat"}
+	if env.init.MemfdNoExec {
+		// Only their refusals are reported (PROT_EXEC on a noexec mount, MFD_EXEC).
+		exec = append(exec, "mmap", "mprotect", "memfd_create")
+	}
+	for _, n := range exec {
 		nr, _ := event.SyscallNumber(n)
 		add(nr)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/sandboxer/sandboxinit"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
@@ -266,38 +268,51 @@ id -u`, host.Process.Pid, host.Process.Pid)
 	if lines[2] != "ptrace -1" {
 		t.Errorf("ptrace of a host process: %s", lines[2])
 	}
-	if lines[3] == "su=0" || lines[4] != "65534" {
+	if lines[3] == "su=0" || lines[4] != strconv.Itoa(sandboxinit.ToolUID) {
 		t.Errorf("privilege gained: %s, uid %s", lines[3], lines[4])
 	}
 }
 
-// A hard link in the workspace to a file elsewhere does not lend the workspace's rights to
-// that file; links whose every name is inside the workspace stay usable.
-func TestHardLinkOutOfWorkspaceMasked(t *testing.T) {
+// A hard link in the workspace to another user's file elsewhere grants nothing: the file's
+// owner maps to nobody in the call (the workspace's idmapped mount maps its owner alone), so
+// only what it grants anyone remains. The tool cannot make such a link itself, and links
+// whose every name is inside the workspace stay usable. No walk of the workspace per launch.
+func TestHardLinkOutOfWorkspaceGrantsNothing(t *testing.T) {
 	bermbin.RequireRoot(t)
 	state, ws := t.TempDir(), bermbin.Workspace(t)
-	secret := filepath.Join(filepath.Dir(ws), "secret.txt")
-	os.WriteFile(secret, []byte("top secret\n"), 0o644)
-	os.Chown(secret, 65534, 65534) // even a file the tool's uid owns: it is not the workspace's
-	if err := os.Link(secret, filepath.Join(ws, "innocent.txt")); err != nil {
-		t.Fatal(err)
+	outside := filepath.Dir(ws)
+	secret := filepath.Join(outside, "secret.txt")
+	os.WriteFile(secret, []byte("top secret\n"), 0o600)
+	public := filepath.Join(outside, "public.txt")
+	os.WriteFile(public, []byte("public\n"), 0o644)
+	for name, target := range map[string]string{"innocent.txt": secret, "readme.txt": public} {
+		if err := os.Link(target, filepath.Join(ws, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("mine\n"), 0o644)
 	os.Link(filepath.Join(ws, "a.txt"), filepath.Join(ws, "b.txt"))
 	os.Chown(filepath.Join(ws, "a.txt"), 65534, 65534)
 	r := run(t, state, "--call-id", "hardlink", "--workspace", ws, "--", "sh", "-c",
-		`cat innocent.txt; echo "read=$?"; echo pwned > innocent.txt; echo "write=$?"; cat b.txt`)
-	if strings.Contains(r.Stdout, "top secret") || !strings.Contains(r.Stdout, "read=1") || !strings.Contains(r.Stdout, "write=") || strings.Contains(r.Stdout, "write=0") {
-		t.Fatalf("the hard link reached the file outside the workspace:\n%s\n%s", r.Stdout, r.Stderr)
+		`cat innocent.txt; echo "read=$?"; echo pwned >> readme.txt; echo "write=$?"; chmod 666 readme.txt; echo "chmod=$?"
+ln /etc/hostname mylink; echo "link=$?"; cat b.txt; echo more >> b.txt; echo "own=$?"`)
+	for _, refused := range []string{"read", "write", "chmod", "link"} {
+		if !strings.Contains(r.Stdout, refused+"=") || strings.Contains(r.Stdout, refused+"=0\n") {
+			t.Errorf("want %s refused:\n%s\n%s", refused, r.Stdout, r.Stderr)
+		}
 	}
-	if !strings.Contains(r.Stdout, "mine") {
-		t.Errorf("a hard link inside the workspace became unusable:\n%s", r.Stdout)
+	for _, want := range []string{"mine", "own=0"} {
+		if !strings.Contains(r.Stdout, want+"\n") {
+			t.Errorf("want %s:\n%s\n%s", want, r.Stdout, r.Stderr)
+		}
 	}
-	if b, _ := os.ReadFile(secret); string(b) != "top secret\n" {
-		t.Fatalf("the outside file changed: %q", b)
+	if strings.Contains(r.Stdout, "top secret") {
+		t.Errorf("the hard link read another user's file")
 	}
-	tl := bermbin.Timeline(t, state, "hardlink")
-	if findDenial(tl.Events, "mount", "/innocent.txt", false) == nil {
-		t.Errorf("no denial for the masked hard link: %+v", denials(tl.Events))
+	if b, _ := os.ReadFile(public); string(b) != "public\n" {
+		t.Errorf("the outside file changed: %q", b)
+	}
+	if st, _ := os.Stat(public); st.Mode().Perm() != 0o644 {
+		t.Errorf("the outside file's mode changed: %v", st.Mode())
 	}
 }

@@ -35,6 +35,7 @@ type Pool struct {
 	filling map[string]bool
 	used    map[string]time.Time
 	plans   map[string]*sandboxinit.RootPlan // the root of each tenant's last call
+	owners  map[string][2]uint32             // the workspace owner of each tenant's last call
 	pending int                              // refills scheduled, not started yet
 	closed  bool
 	stop    chan struct{} // ends renew
@@ -68,6 +69,7 @@ func newPool(initPath string, size int, maxAge time.Duration, log *slog.Logger, 
 	p := &Pool{
 		Init: initPath, Size: size, MaxTenants: 16, MaxAge: maxAge, Log: log,
 		layout: layout, idle: map[string][]warm{}, filling: map[string]bool{}, used: map[string]time.Time{}, plans: map[string]*sandboxinit.RootPlan{},
+		owners: map[string][2]uint32{},
 	}
 	for _, t := range tenants {
 		p.refill(t)
@@ -115,9 +117,9 @@ func (p *Pool) renew() {
 	}
 }
 
-// take claims a warm sandbox of tenant, or returns nil. The call's root is remembered: the
-// tenant's next warm sandboxes prepare it ahead.
-func (p *Pool) take(tenant string, root sandboxinit.RootPlan) *sandbox {
+// take claims a warm sandbox of tenant, or returns nil. The call's root and its workspace's
+// owner are remembered: the tenant's next warm sandboxes prepare them ahead.
+func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) *sandbox {
 	if p == nil || p.Size <= 0 {
 		return nil
 	}
@@ -125,6 +127,7 @@ func (p *Pool) take(tenant string, root sandboxinit.RootPlan) *sandbox {
 	defer p.mu.Unlock()
 	p.used[tenant] = time.Now()
 	p.plans[tenant] = &sandboxinit.RootPlan{Binds: root.Binds, Devices: root.Devices}
+	p.owners[tenant] = [2]uint32{ownerUID, ownerGID}
 	for len(p.idle[tenant]) > 0 {
 		w := p.idle[tenant][0]
 		p.idle[tenant] = p.idle[tenant][1:]
@@ -198,11 +201,19 @@ func (p *Pool) refill(tenant string) {
 				return
 			}
 			plan := p.plans[tenant]
+			owner, known := p.owners[tenant]
 			p.mu.Unlock()
 			s, err := startSandbox(p.layout, p.Init, tenant, warmName(), poolLimits, true, plan)
 			if err != nil {
 				p.Log.Warn("start warm sandbox", "tenant", tenant, "err", err)
 				return
+			}
+			if known {
+				// The workspace's idmap for the owner the tenant's calls had (a process to
+				// start): made now, not on the next call's way.
+				if err := s.prepareIdmap(owner[0], owner[1]); err != nil {
+					p.Log.Warn("prepare warm sandbox's workspace idmap", "tenant", tenant, "err", err)
+				}
 			}
 			p.mu.Lock()
 			if p.closed {
@@ -231,6 +242,7 @@ func (p *Pool) evictLocked() {
 		delete(p.idle, oldest)
 		delete(p.used, oldest)
 		delete(p.plans, oldest)
+		delete(p.owners, oldest)
 	}
 }
 

@@ -1,13 +1,10 @@
 package sandboxer
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/policy/landlock"
@@ -62,58 +59,7 @@ func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) sandboxini
 	// A symlink's target must be in the root too for the link to work; it is, when granted.
 	sort.Slice(plan.Binds, func(i, j int) bool { return plan.Binds[i].Path < plan.Binds[j].Path })
 	plan.Masked = mountsUnder(workspace)
-	plan.MaskedLinks = foreignLinks(workspace)
 	return plan
-}
-
-// foreignLinks walks the workspace (its own file system only: sub-mounts are masked whole)
-// and returns the paths of files whose inode has links outside the workspace: every link of
-// an inode found inside is fine, a missing one means the same file is reachable elsewhere.
-// The walk is the price of closing that door; it is bounded by the workspace's size.
-func foreignLinks(workspace string) []string {
-	var root unix.Stat_t
-	if unix.Stat(workspace, &root) != nil {
-		return nil
-	}
-	type inode struct {
-		nlink uint64
-		paths []string
-	}
-	linked := map[[2]uint64]*inode{}
-	_ = filepath.WalkDir(workspace, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		var st unix.Stat_t
-		if unix.Lstat(path, &st) != nil {
-			return nil
-		}
-		if d.IsDir() {
-			if st.Dev != root.Dev {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
-			return nil
-		}
-		k := [2]uint64{st.Dev, st.Ino}
-		in := linked[k]
-		if in == nil {
-			in = &inode{nlink: uint64(st.Nlink)}
-			linked[k] = in
-		}
-		in.paths = append(in.paths, path)
-		return nil
-	})
-	var out []string
-	for _, in := range linked {
-		if uint64(len(in.paths)) < in.nlink {
-			out = append(out, in.paths...)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 const writeRights = landlock.WriteFile | landlock.MakeReg | landlock.MakeDir | landlock.RemoveFile | landlock.RemoveDir

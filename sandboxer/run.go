@@ -35,9 +35,10 @@ type Spec struct {
 	CallID, Tool, Tenant string
 	Argv                 []string
 	Workspace            string // bind-mounted read-write, the working directory
-	Env                  []string
-	UID, GID             uint32
-	Limits               event.Limits
+	// Env is the tool's whole environment. Who the tool runs as is not the caller's to say: its
+	// sandbox's own host ids (uidalloc.go), uid and gid ToolUID/ToolGID inside.
+	Env    []string
+	Limits event.Limits
 	// Policy is the call's ToolPolicy (policy.Strict() by default). It is compiled for this
 	// call's workspace before anything starts; a policy that does not compile does not run.
 	Policy         *policy.Policy
@@ -107,6 +108,15 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
+	wsDir, err := openWorkspaceDir(spec.Workspace, deniedTrees(spec.Policy))
+	if err != nil {
+		return nil, err
+	}
+	defer wsDir.Close()
+	if wsDir.Path != spec.Workspace {
+		spec.Env = retargetHome(spec.Env, spec.Workspace, wsDir.Path)
+		spec.Workspace = wsDir.Path
+	}
 	env, err := compile(&spec)
 	if err != nil {
 		return nil, err
@@ -116,11 +126,6 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		return nil, err
 	}
 	defer release()
-	ws, err := openWorkspace(spec.Workspace)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(ws)
 	quota, err := newCallQuota(spec.Workspace, env.compiled)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	var sb *sandbox
 	if env.init.NewNet {
-		sb = spec.Pool.take(spec.Tenant, env.init.Root)
+		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID)
 	}
 	if sb != nil {
 		spec.Pool.Warm.Add(1)
@@ -162,6 +167,12 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	} else {
 		defer sb.discard()
 	}
+
+	ws, err := idmappedTree(wsDir, sb, env.wsNoExec)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ws)
 
 	host, _ := os.Hostname()
 	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.

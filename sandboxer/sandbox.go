@@ -23,13 +23,16 @@ type sandbox struct {
 	newNet bool
 	cg     *cgroup.Cgroup
 	lease  *cgroup.Lease
-	cmd    *exec.Cmd
-	cfg    int      // the launcher's end of the config socket (config, then the caller's stdin)
-	stat   *os.File // the init's status, when the tool has ended
-	goW    *os.File // one byte lets the init start the tool
-	out    *os.File // the init's (and the tool's) stdout and stderr
-	errR   *os.File
-	mntns  *os.File
+	ids    *hostIDs // the tool's host uid and gid, this sandbox's alone
+	// idmap maps a workspace owner to ids, prepared ahead for a warm sandbox (-1: none).
+	idmap              int
+	idmapUID, idmapGID uint32
+	cmd                *exec.Cmd
+	cfg                int      // the launcher's end of the config socket (config, then the caller's stdin)
+	stat               *os.File // the init's status, when the tool has ended
+	out                *os.File // the init's (and the tool's) stdout and stderr
+	errR               *os.File
+	mntns              *os.File
 	// joined reports the v1 joins; joinErr keeps their outcome once read.
 	joined  chan error
 	joinErr error
@@ -42,13 +45,16 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1}
+	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1, idmap: -1}
 	defer func() {
 		if err != nil {
 			s.discard()
 		}
 	}()
 	if s.lease, err = cg.TakeLease(tenant, name); err != nil {
+		return nil, err
+	}
+	if s.ids, err = ids.take(); err != nil {
 		return nil, err
 	}
 
@@ -90,8 +96,13 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s.goW = goW
 	toClose = append(toClose, goR)
+	closeGo := true
+	defer func() {
+		if closeGo {
+			goW.Close()
+		}
+	}()
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -108,7 +119,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		flags |= unix.CLONE_NEWNET
 	}
 	s.cmd = &exec.Cmd{
-		Path: initPath, Args: []string{sandboxinit.Arg0}, Env: []string{},
+		Path: initPath, Args: []string{sandboxinit.Arg0, sandboxinit.IDsArg(s.ids.UID, s.ids.GID)}, Env: []string{},
 		Stdin: devNull, Stdout: outW, Stderr: errW,
 		ExtraFiles: []*os.File{cfgR, statW, goR},
 		SysProcAttr: &syscall.SysProcAttr{
@@ -135,8 +146,19 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	}
 	// On hybrid hosts the v1 controllers are joined while the call is being set up (a
 	// migration costs milliseconds of RCU waits); the init may start the tool only after.
+	// One byte on the go pipe tells the init it is in every cgroup of the call: only then does
+	// it start the tool's stage (a warm init, ahead of its call), whose processes the
+	// controllers must count.
 	s.joined = make(chan error, 1)
-	go func(pid int) { s.joined <- cg.JoinV1(pid) }(s.cmd.Process.Pid)
+	closeGo = false
+	go func(pid int) {
+		defer goW.Close()
+		err := cg.JoinV1(pid)
+		if err == nil {
+			_, err = goW.Write([]byte{1})
+		}
+		s.joined <- err
+	}(s.cmd.Process.Pid)
 	return s, nil
 }
 
@@ -161,15 +183,7 @@ func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace i
 	if err != nil {
 		return fmt.Errorf("configure sandbox init: %w", err)
 	}
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if _, err := s.goW.Write([]byte{1}); err != nil {
-		return fmt.Errorf("start the call: %w", err)
-	}
-	s.goW.Close()
-	s.goW = nil
-	return nil
+	return s.ready()
 }
 
 // discard ends a sandbox that will not run (or has run) its call: its processes killed, its
@@ -180,12 +194,16 @@ func (s *sandbox) discard() error {
 		unix.Close(s.cfg)
 		s.cfg = -1
 	}
-	for _, f := range []*os.File{s.goW, s.stat, s.out, s.errR, s.mntns} {
+	if s.idmap >= 0 {
+		unix.Close(s.idmap)
+		s.idmap = -1
+	}
+	for _, f := range []*os.File{s.stat, s.out, s.errR, s.mntns} {
 		if f != nil {
 			f.Close()
 		}
 	}
-	s.goW, s.stat, s.out, s.errR, s.mntns = nil, nil, nil, nil, nil
+	s.stat, s.out, s.errR, s.mntns = nil, nil, nil, nil
 	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
@@ -194,6 +212,10 @@ func (s *sandbox) discard() error {
 	_ = s.ready()
 	if err := s.cg.KillAndWait(5 * time.Second); err != nil {
 		errs = append(errs, err)
+	} else {
+		// Nothing runs as its ids any more: another sandbox may have them.
+		ids.release(s.ids)
+		s.ids = nil
 	}
 	if err := s.cg.Remove(); err != nil {
 		errs = append(errs, err)
@@ -203,13 +225,27 @@ func (s *sandbox) discard() error {
 	return errors.Join(errs...)
 }
 
-// openWorkspace detaches a copy of the workspace's mount, without its sub-mounts, for the
-// init to attach in the call's root. A path would not do: a warm init's mount namespace is a
-// copy of the host's from before the call, and may not show the workspace's file system.
-func openWorkspace(dir string) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+// prepareIdmap makes the user namespace that maps a workspace owner to the sandbox's ids.
+func (s *sandbox) prepareIdmap(uid, gid uint32) error {
+	fd, err := mappingUserns(uid, s.ids.UID, gid, s.ids.GID)
 	if err != nil {
-		return -1, fmt.Errorf("open workspace %s: %w", dir, err)
+		return err
 	}
-	return fd, nil
+	s.idmap, s.idmapUID, s.idmapGID = fd, uid, gid
+	return nil
+}
+
+// idmapFor returns the user namespace mapping the workspace's owner to the sandbox's ids: the
+// prepared one when the owner is the one it was made for. The sandbox keeps it.
+func (s *sandbox) idmapFor(uid, gid uint32) (int, error) {
+	if s.idmap >= 0 && (s.idmapUID != uid || s.idmapGID != gid) {
+		unix.Close(s.idmap)
+		s.idmap = -1
+	}
+	if s.idmap < 0 {
+		if err := s.prepareIdmap(uid, gid); err != nil {
+			return -1, err
+		}
+	}
+	return s.idmap, nil
 }

@@ -88,8 +88,8 @@ flood("after", -1)`
 	out, err := sandboxer.Run(sandboxer.Spec{
 		CallID: "fatal-flood", Tool: "flood", Tenant: "default",
 		Argv:      []string{"/usr/bin/python3", "-c", script},
-		Workspace: bermbin.Workspace(t), UID: 65534, GID: 65534,
-		Limits: limits, Policy: pol,
+		Workspace: bermbin.Workspace(t),
+		Limits:    limits, Policy: pol,
 		Init:   bermbin.Path(t, "berm-init"),
 		Stdout: &stdout, Stderr: &stderr,
 	}, sandboxer.Local{Agent: a})

@@ -46,9 +46,12 @@ type grant struct {
 //     the denied path itself is dropped, and a grant strictly inside it stays.
 //
 // Hard links: the sandbox cannot make new ones out of the trees it may only read (refer is
-// never granted there), so only links that exist before the call matter; the launcher keeps
-// the workspace free of links to protected files (fs.protected_hardlinks stops unprivileged
-// users from making them).
+// never granted there, and a link cannot cross the workspace's mount), so only links that
+// exist before the call matter. Those need no walk of the workspace per launch: the tool runs
+// as host ids of its own, and the workspace's idmapped mount maps its owner's files to them
+// and everyone else's to nobody, so a link to another user's file grants only what that file
+// grants anyone (fs.protected_hardlinks stops unprivileged users from linking what they could
+// not read and write themselves).
 func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 	abi := env.LandlockABI
 	if abi <= 0 || abi > landlock.MaxABI {

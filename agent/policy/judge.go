@@ -23,6 +23,8 @@ type Judge struct {
 	// MaskedLinks are workspace files that are hard links to files outside it, masked.
 	MaskedLinks []string
 	Roots       []string // top-level trees the call's root shows (binds), for "not in the root"
+	// NoExec: the writable trees are noexec and memfds not executable (see judge_noexec.go).
+	NoExec bool
 
 	// resolved caches canonical forms: an import-heavy tool probes the same directories
 	// hundreds of times, and resolving walks every component with lstat. Only the decoder
@@ -203,6 +205,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		return fs(path, landlock.Execute, 0)
 	case ev.Syscall != nil:
 		sc := ev.Syscall
+		if d := p.noexecDenial(sc); d != nil {
+			return d
+		}
 		// The arguments are the registers at the syscall's exit, the ones the filter read at
 		// its entry: the rule found here is the filter's decision.
 		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args); ok && r.Action != "allow" {

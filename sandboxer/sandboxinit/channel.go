@@ -22,6 +22,8 @@ type Message struct {
 	Prepare *RootPlan `json:"prepare,omitempty"`
 	// Call is the call. Its frame carries the tool's stdin and the workspace's detached mount.
 	Call *Config `json:"call,omitempty"`
+	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin.
+	Tool *toolConfig `json:"tool,omitempty"`
 }
 
 // maxFrame bounds a frame: a config is a few KiB to a few hundred (argv, Landlock rules).

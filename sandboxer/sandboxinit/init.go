@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -45,11 +43,6 @@ type RootPlan struct {
 	// them would detach the host's mount (rmdir of a mount point of another namespace). Each is
 	// covered by an empty read-only tmpfs: present, empty, not removable (EBUSY).
 	Masked []string `json:"masked"`
-	// MaskedLinks are files in the workspace that are hard links to an inode with links
-	// outside it: Landlock judges the path walked, so such a link would lend the workspace's
-	// rights to a file the policy does not grant. Each is covered by an empty, root-owned file
-	// of mode 0 (EACCES).
-	MaskedLinks []string `json:"masked_links,omitempty"`
 }
 
 // Config is what the launcher sends the init over fd 3. A single byte on fd 5 then lets it
@@ -61,10 +54,16 @@ type Config struct {
 	Hostname  string   `json:"hostname"`
 	TmpBytes  int64    `json:"tmp_bytes"`
 	TmpInodes int64    `json:"tmp_inodes,omitempty"` // 0: the kernel's default
-	UID       uint32   `json:"uid"`
-	GID       uint32   `json:"gid"`
-	NewNet    bool     `json:"new_net"`
-	Root      RootPlan `json:"root"`
+	// HostUID and HostGID are the sandbox's own host ids: the tool runs as ToolUID/ToolGID in a
+	// user namespace that maps them to these (see startTool).
+	HostUID uint32   `json:"host_uid"`
+	HostGID uint32   `json:"host_gid"`
+	NewNet  bool     `json:"new_net"`
+	Root    RootPlan `json:"root"`
+	// TmpNoExec mounts the call's /tmp noexec; MemfdNoExec sets vm.memfd_noexec=2 in the
+	// call's pid namespace (the policy grants no exec on a writable tree).
+	TmpNoExec   bool `json:"tmp_noexec,omitempty"`
+	MemfdNoExec bool `json:"memfd_noexec,omitempty"`
 	// HostRoot keeps the host's file system view (audit mode: the mount layer cannot only
 	// report, so it steps aside; /tmp is still private and the workspace still bound).
 	HostRoot bool `json:"host_root,omitempty"`
@@ -102,6 +101,9 @@ type Status struct {
 
 // Main is the sandbox init. It never returns.
 func Main() {
+	if len(os.Args) == 2 && os.Args[1] == toolArg {
+		toolMain()
+	}
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
 	status := os.NewFile(4, "status")
@@ -116,6 +118,31 @@ func Main() {
 	if err := closeOnExecFrom(3); err != nil {
 		report(Status{Error: "mark inherited files close-on-exec: " + err.Error()}, 125)
 	}
+	hostUID, hostGID, err := parseIDs(os.Args)
+	if err != nil {
+		report(Status{Error: err.Error()}, 125)
+	}
+	// startStage starts the tool's stage once the launcher says the init is in every cgroup
+	// of the call (one byte on fd 5): the stage, and everything it forks, must be counted.
+	var stage *toolStage
+	startStage := func() {
+		var goByte [1]byte
+		if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
+			report(Status{Error: "launcher did not let the call start"}, 125)
+		}
+		// The init's /proc must be the call's pid namespace's before it forks: the id maps of
+		// its child are written through /proc/PID, PID as this namespace numbers it. Mounts
+		// made here stay in the call (made private first).
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			report(Status{Error: "make mounts private: " + err.Error()}, 125)
+		}
+		if err := mountProc("/proc"); err != nil {
+			report(Status{Error: err.Error()}, 125)
+		}
+		if stage, err = startTool(hostUID, hostGID); err != nil {
+			report(Status{Error: err.Error()}, 125)
+		}
+	}
 	ch := &channel{fd: 3}
 	msg, fds, err := ch.next()
 	if err != nil {
@@ -124,12 +151,19 @@ func Main() {
 	}
 	var prepared *RootPlan
 	if msg.Prepare != nil {
-		// A warm init: build what does not depend on the call, then wait for one.
+		// A warm init: build what does not depend on the call, start the tool's stage, then
+		// wait for a call.
 		if err := prepareRoot(msg.Prepare); err != nil {
 			report(Status{Error: "prepare root: " + err.Error()}, 125)
 		}
 		prepared = msg.Prepare
+		startStage()
+		if err := stage.up(); err != nil {
+			stage.kill()
+			report(Status{Error: err.Error()}, 125)
+		}
 		if msg, fds, err = ch.next(); err != nil {
+			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
 	}
@@ -147,8 +181,15 @@ func Main() {
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
 	unix.Close(3)
-	if err := setupMounts(&cfg, prepared); err != nil {
-		report(Status{Error: err.Error()}, 125)
+	if stage == nil {
+		startStage()
+	}
+	fatal := func(msg string) {
+		stage.kill()
+		report(Status{Error: msg}, 125)
+	}
+	if err := setupMounts(&cfg, prepared, stage.up); err != nil {
+		fatal(err.Error())
 	}
 	// The workspace's fd was used by number: its File must not be collected (and closed) first.
 	runtime.KeepAlive(fds[1])
@@ -159,64 +200,41 @@ func Main() {
 		}
 		fds[2].Close()
 	}
+	if cfg.MemfdNoExec {
+		// Per pid namespace, inherited by nested ones and never lowered there: the tool
+		// cannot undo it.
+		if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
+			fatal("vm.memfd_noexec: " + err.Error())
+		}
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		report(Status{Error: "sethostname: " + err.Error()}, 125)
+		fatal("sethostname: " + err.Error())
 	}
 	if cfg.NewNet {
 		if err := loopbackUp(); err != nil {
-			report(Status{Error: err.Error()}, 125)
+			fatal(err.Error())
 		}
 	}
+	if err := stage.configure(&cfg, stdin); err != nil {
+		fatal(err.Error())
+	}
+	stdin.Close()
+	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
+	// Landlock domain would add nothing (it opens no file from here on) but the cost of
+	// building it twice.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		report(Status{Error: "no_new_privs: " + err.Error()}, 125)
-	}
-	// From here on the init is as confined as the tool will be: whatever fails closes the call.
-	if cfg.Landlock != nil {
-		if err := landlock.Restrict(*cfg.Landlock); err != nil {
-			report(Status{Error: "landlock: " + err.Error()}, 125)
-		}
+		fatal("no_new_privs: " + err.Error())
 	}
 	if len(cfg.Seccomp) > 0 {
 		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
-			report(Status{Error: "seccomp: " + err.Error()}, 125)
+			fatal("seccomp: " + err.Error())
 		}
 	}
-
-	// The launcher places this process in the v1 cgroups (hybrid hosts) while it set itself up;
-	// the tool, and everything it forks, starts only once that is done.
-	var goByte [1]byte
-	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
-		report(Status{Error: "launcher did not let the call start"}, 125)
+	if tf := stage.result(); tf != nil {
+		// 126 and 127 are the tool's (could not execute, not found); 125 is the setup's.
+		report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
 	}
-	path, err := lookPath(cfg.Argv[0], cfg.Env)
-	if err != nil {
-		report(Status{Error: err.Error(), Exited: true, Code: 127}, 127)
-	}
-	cmd := &exec.Cmd{
-		Path: path, Args: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace,
-		Stdin: stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
-			// A session of its own: the tool never shares the launcher's, whose controlling
-			// terminal may be the caller's (opening /dev/tty would reach it).
-			Setsid: true,
-		},
-	}
-	if t := cfg.Terminal; t != nil {
-		// The call's pty is the tool's controlling terminal: Ctrl-C typed by the user is
-		// SIGINT for the tool's foreground process group, from the pty's line discipline.
-		cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, 0
-		if t.Stdout {
-			cmd.Stdout = stdin
-		}
-		if t.Stderr {
-			cmd.Stderr = stdin
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		report(Status{Error: err.Error(), Exited: true, Code: 126}, 126)
-	}
-	tool := cmd.Process.Pid
+	tool := stage.cmd.Process.Pid
 	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends;
 	// when init exits, the kernel kills whatever else is left in the namespace.
 	for {
@@ -323,7 +341,7 @@ func samePlan(a, b *RootPlan) bool {
 
 // setupMounts completes the call's root (prepared ahead when the init was warm and the plan
 // matches) and pivots into it.
-func setupMounts(cfg *Config, prepared *RootPlan) error {
+func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) error {
 	ws := cfg.workspaceTree
 	if cfg.HostRoot || (prepared != nil && !samePlan(prepared, &cfg.Root)) {
 		if prepared != nil {
@@ -337,14 +355,17 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return fmt.Errorf("make mounts private: %w", err)
 		}
-		return hostRootMounts(cfg, ws)
+		if err := hostRootMounts(cfg, ws); err != nil {
+			return err
+		}
+		return beforePivot()
 	}
 	if prepared == nil {
 		if err := prepareRoot(&cfg.Root); err != nil {
 			return err
 		}
 	}
-	if err := mountTmp(in("/tmp"), cfg.TmpBytes, cfg.TmpInodes); err != nil {
+	if err := mountTmp(in("/tmp"), cfg.TmpBytes, cfg.TmpInodes, cfg.TmpNoExec); err != nil {
 		return err
 	}
 	// The workspace at its own path (after /tmp: it may live under it), its sub-mounts masked.
@@ -354,11 +375,11 @@ func setupMounts(cfg *Config, prepared *RootPlan) error {
 	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
 		return err
 	}
-	if err := maskLinks(newRoot, cfg.Root.MaskedLinks); err != nil {
-		return err
-	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
+		return err
+	}
+	if err := beforePivot(); err != nil {
 		return err
 	}
 	if err := unix.PivotRoot(newRoot, in("/.old-root")); err != nil {
@@ -386,7 +407,7 @@ func hostRootMounts(cfg *Config, ws int) error {
 	if err := mountProc("/proc"); err != nil {
 		return err
 	}
-	if err := mountTmp("/tmp", cfg.TmpBytes, cfg.TmpInodes); err != nil {
+	if err := mountTmp("/tmp", cfg.TmpBytes, cfg.TmpInodes, false); err != nil {
 		return err
 	}
 	if err := bindWorkspace(ws, cfg.Workspace, cfg.Workspace); err != nil {
@@ -405,12 +426,16 @@ func mountProc(dir string) error {
 
 // mountTmp mounts the call's private /tmp at dir, capped in bytes and in inodes (a tool
 // making empty files would otherwise pin kernel memory without filling a byte).
-func mountTmp(dir string, size, inodes int64) error {
+func mountTmp(dir string, size, inodes int64, noexec bool) error {
 	opts := fmt.Sprintf("size=%d,mode=1777", size)
 	if inodes > 0 {
 		opts += fmt.Sprintf(",nr_inodes=%d", inodes)
 	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if noexec {
+		flags |= unix.MS_NOEXEC
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
 		return fmt.Errorf("mount private /tmp: %w", err)
 	}
 	return nil
@@ -425,33 +450,8 @@ func bindWorkspace(ws int, dst, name string) error {
 	if err := unix.MoveMount(ws, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach workspace %s: %w", name, err)
 	}
-	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount workspace nosuid: %w", err)
-	}
-	return nil
-}
-
-// maskLinks covers each path with an empty file no one but root may open.
-func maskLinks(root string, paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
-	blank := filepath.Join(root, ".berm-masked-link")
-	if err := os.WriteFile(blank, nil, 0); err != nil {
-		return fmt.Errorf("mask hard links: %w", err)
-	}
-	if err := os.Chmod(blank, 0); err != nil {
-		return fmt.Errorf("mask hard links: %w", err)
-	}
-	for _, p := range paths {
-		dst := filepath.Join(root, p)
-		if err := unix.Mount(blank, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("mask hard link %s: %w", p, err)
-		}
-		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("mask hard link %s read-only: %w", p, err)
-		}
-	}
+	// Its flags (nosuid, nodev, noexec unless exec is granted) and its idmap were set by the
+	// launcher: a remount here would replace them.
 	return nil
 }
 

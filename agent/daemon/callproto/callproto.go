@@ -37,8 +37,6 @@ type Request struct {
 	Argv      []string     `json:"argv"`
 	Workspace string       `json:"workspace"`
 	Env       []string     `json:"env"`
-	UID       uint32       `json:"uid"`
-	GID       uint32       `json:"gid"`
 	Limits    event.Limits `json:"limits"`
 	// Explicit names the cap flags the caller gave: those win over the policy's caps.
 	Explicit []string `json:"explicit,omitempty"`

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/bermsec/berm/agent/daemon/callproto"
@@ -32,7 +31,6 @@ type Options struct {
 	Socket        string
 	Rules         []string
 	NoRules       bool
-	User          string
 	Envs          []string
 	TracedNames   []string
 	workspace     string
@@ -103,7 +101,6 @@ func Parse(args []string) (*Options, error) {
 	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp (default: the policy's)")
 	fs.Var((*listFlag)(&o.Envs), "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
 	fs.Var((*listFlag)(&o.TracedNames), "trace-syscall", "also report this syscall one by one (repeatable)")
-	fs.StringVar(&o.User, "user", "", "UID[:GID] to run the tool as (default: the workspace's owner, or 65534 if root owns it)")
 	fs.StringVar(&o.Daemon, "daemon", "auto", "auto: use bermd when it runs and --state-dir is not given; never; required")
 	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
 	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
@@ -188,43 +185,13 @@ func (o *Options) Resolve() (cleanup func(), err error) {
 	if ws, err = filepath.Abs(ws); err != nil {
 		return cleanup, fmt.Errorf("workspace: %w", err)
 	}
-	if r.Workspace, err = filepath.EvalSymlinks(ws); err != nil {
-		return cleanup, fmt.Errorf("workspace: %w", err)
-	}
-	if r.UID, r.GID, err = runUser(o.User, r.Workspace); err != nil {
-		return cleanup, fmt.Errorf("--user: %w", err)
-	}
+	// Not resolved here: the launcher resolves it once, refusing a symlink planted to
+	// redirect the call, and holds it open from then on.
+	r.Workspace = ws
 	if r.Env, err = callEnv(o.Envs, r); err != nil {
 		return cleanup, fmt.Errorf("--env: %w", err)
 	}
 	return cleanup, nil
-}
-
-// runUser picks who the tool runs as: never root unless asked for by number.
-func runUser(spec, workspace string) (uint32, uint32, error) {
-	if spec != "" {
-		u, g, hasG := strings.Cut(spec, ":")
-		uid, err := strconv.ParseUint(u, 10, 32)
-		if err != nil {
-			return 0, 0, fmt.Errorf("expected UID[:GID] as numbers, got %q", spec)
-		}
-		gid := uid
-		if hasG {
-			if gid, err = strconv.ParseUint(g, 10, 32); err != nil {
-				return 0, 0, fmt.Errorf("expected UID[:GID] as numbers, got %q", spec)
-			}
-		}
-		return uint32(uid), uint32(gid), nil
-	}
-	st, err := os.Stat(workspace)
-	if err != nil {
-		return 0, 0, err
-	}
-	sys := st.Sys().(*syscall.Stat_t)
-	if sys.Uid == 0 {
-		return 65534, 65534, nil
-	}
-	return sys.Uid, sys.Gid, nil
 }
 
 // callEnv is the tool's whole environment: a fixed base, and what the caller named.

@@ -153,7 +153,7 @@ func main() {
 		req := &callproto.Request{
 			CallID: fmt.Sprintf("sdk-%d-%d", os.Getpid(), i), Tool: "bench", Tenant: "default",
 			Argv: []string{"/bin/true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"},
-			UID: 65534, GID: 65534, PolicyFile: basePol,
+			PolicyFile: basePol,
 		}
 		t0 := time.Now()
 		rep, err := callproto.Run(sock, req, [3]*os.File{devNull, devNull, devNull}, nil)

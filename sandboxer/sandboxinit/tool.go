@@ -1,0 +1,277 @@
+package sandboxinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/policy/seccomp"
+)
+
+// The tool runs in a user namespace of its own, as ToolUID/ToolGID inside, mapped to the host
+// ids its sandbox was given (one uid and one gid, nothing else: the host's root and every
+// other user show as nobody). The namespace must be created by a process whose effective uid
+// is the host id: per-user kernel counts (inotify instances, user namespaces) are charged to
+// the namespace's owner at every level up, so a namespace root made would couple every call
+// to root's limits. And it must be created before the init confines itself (its seccomp
+// filter refuses new namespaces, its Landlock domain writing the id maps). So the init starts
+// a second stage, berm-init with toolArg, in the new namespace; that stage confines itself as
+// the tool will be (no_new_privs, Landlock, seccomp) and executes the tool in its place.
+const (
+	ToolUID = 1000
+	ToolGID = 1000
+	toolArg = "tool"
+)
+
+// toolConfig is what the second stage reads on fd 3; it reports a failure to start the tool
+// on fd 4 (close-on-exec: nothing arrives when the tool started).
+type toolConfig struct {
+	Argv     []string          `json:"argv"`
+	Env      []string          `json:"env"`
+	Dir      string            `json:"dir"`
+	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
+	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	// Terminal: the stdin sent with the configuration is the call's pty; the tool takes it as
+	// its controlling terminal, and as stdout and stderr where the caller's are terminals.
+	Terminal *Terminal `json:"terminal,omitempty"`
+}
+
+type toolFailure struct {
+	Code  int    `json:"code"`
+	Error string `json:"error"`
+}
+
+// toolStage is the second stage, started and waiting for its configuration.
+type toolStage struct {
+	cmd    *exec.Cmd
+	cfgW   *os.File // its channel: its configuration and the tool's stdin
+	failed *os.File // "up" once its runtime runs, then a toolFailure if the tool did not start
+	isUp   bool
+}
+
+// startTool starts the second stage as the sandbox's identity (hostUID, hostGID). It is
+// started as soon as the init is in every cgroup of the call (ahead of the call, for a warm
+// init), from the host's view: its runtime's start-up reads (/sys) find what they look for.
+// The call's root reaches it later: pivot_root moves every process of the namespace whose root
+// was the old one. It waits for its configuration and the tool's stdin on its channel.
+func startTool(hostUID, hostGID uint32) (*toolStage, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the tool's stage's channel: %w", err)
+	}
+	cfgR := os.NewFile(uintptr(pair[1]), "stage config")
+	defer cfgR.Close()
+	cfgW := os.NewFile(uintptr(pair[0]), "stage config")
+	failR, failW, err := os.Pipe()
+	if err != nil {
+		cfgW.Close()
+		return nil, err
+	}
+	defer failW.Close()
+	// The init's own binary by its path (the timeline names it so); through its magic link
+	// when that path cannot be reached.
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	stageCmd := func(path string) *exec.Cmd {
+		return &exec.Cmd{
+			Path: path, Args: []string{Arg0, toolArg}, Env: []string{},
+			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			ExtraFiles: []*os.File{cfgR, failW},
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags:  syscall.CLONE_NEWUSER,
+				UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(hostUID), Size: 1}},
+				GidMappings: []syscall.SysProcIDMap{{ContainerID: ToolGID, HostID: int(hostGID), Size: 1}},
+				Credential:  &syscall.Credential{Uid: ToolUID, Gid: ToolGID},
+				// A session of its own: the tool never shares the launcher's, whose
+				// controlling terminal may be the caller's (opening /dev/tty would reach it).
+				Setsid: true,
+			},
+		}
+	}
+	cmd := stageCmd(self)
+	err = startAs(cmd, hostUID, hostGID)
+	if err != nil && cmd.Path != "/proc/self/exe" {
+		// Unreachable by the host ids, or hidden (a warm init's prepared root covers /tmp).
+		cmd = stageCmd("/proc/self/exe")
+		err = startAs(cmd, hostUID, hostGID)
+	}
+	if err != nil {
+		cfgW.Close()
+		failR.Close()
+		return nil, err
+	}
+	return &toolStage{cmd: cmd, cfgW: cfgW, failed: failR}, nil
+}
+
+// up waits until the stage's runtime has started (it reads nothing of the host after that).
+func (t *toolStage) up() error {
+	if t.isUp {
+		return nil
+	}
+	t.isUp = true
+	var b [1]byte
+	if n, _ := t.failed.Read(b[:]); n != 1 || b[0] != stageUp {
+		return errors.New("the tool's stage ended before it started")
+	}
+	return nil
+}
+
+// configure hands the stage the tool's configuration and stdin; it then confines itself and
+// executes the tool.
+func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
+	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp, Terminal: cfg.Terminal}
+	err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd()))
+	t.cfgW.Close()
+	if err != nil {
+		return fmt.Errorf("configure the tool's stage: %w", err)
+	}
+	return nil
+}
+
+// kill ends a stage whose call could not be set up.
+func (t *toolStage) kill() {
+	_ = t.cmd.Process.Kill()
+	_ = t.cmd.Wait()
+}
+
+// result waits until the stage executed the tool (its failure pipe closes on exec) or failed.
+func (t *toolStage) result() *toolFailure {
+	defer t.failed.Close()
+	var tf toolFailure
+	if data, _ := io.ReadAll(t.failed); len(data) > 0 && json.Unmarshal(data, &tf) == nil {
+		_ = t.cmd.Wait()
+		return &tf
+	}
+	return nil
+}
+
+const stageUp = 'u'
+
+// startAs starts cmd with the init's effective ids switched to the host ids for the clone, so
+// the new user namespace belongs to them; the real and saved ids stay root, which switches
+// back. No supplementary group survives: root's would stay with the tool, unremovable once
+// setgroups is denied in its namespace.
+func startAs(cmd *exec.Cmd, uid, gid uint32) (err error) {
+	if uid == 0 || gid == 0 {
+		return fmt.Errorf("the call has no host ids of its own (uid %d gid %d)", uid, gid)
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setresgid(0, int(gid), 0); err != nil {
+		return fmt.Errorf("switch to gid %d: %w", gid, err)
+	}
+	if err := syscall.Setresuid(0, int(uid), 0); err != nil {
+		_ = syscall.Setresgid(0, 0, 0)
+		return fmt.Errorf("switch to uid %d: %w", uid, err)
+	}
+	defer func() {
+		// Back to root: the init must still confine itself, and it reaps the call.
+		if e := syscall.Setresuid(0, 0, 0); e != nil && err == nil {
+			err = fmt.Errorf("switch back to root: %w", e)
+		}
+		if e := syscall.Setresgid(0, 0, 0); e != nil && err == nil {
+			err = fmt.Errorf("switch back to root's group: %w", e)
+		}
+	}()
+	// A change of effective uid makes the process undumpable, and /proc/PID/uid_map of the
+	// child (which shares the init's memory until it executes) root's: the new owner could
+	// not write the maps.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable for the id maps: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the tool's stage: %w", err)
+	}
+	return nil
+}
+
+// toolMain is the second stage: the call's identity, inside its user namespace.
+func toolMain() {
+	runtime.LockOSThread()
+	fail := os.NewFile(4, "failure")
+	unix.CloseOnExec(4)
+	if _, err := fail.Write([]byte{stageUp}); err != nil {
+		os.Exit(125)
+	}
+	exit := func(code int, err error) {
+		_ = json.NewEncoder(fail).Encode(toolFailure{Code: code, Error: err.Error()})
+		os.Exit(code)
+	}
+	ch := &channel{fd: 3}
+	msg, fds, err := ch.next()
+	if err != nil || msg.Tool == nil || len(fds) != 1 || len(msg.Tool.Argv) == 0 {
+		exit(125, fmt.Errorf("read the tool's configuration (%d files): %v", len(fds), err))
+	}
+	unix.Close(3)
+	tc := *msg.Tool
+	if err := unix.Dup3(int(fds[0].Fd()), 0, 0); err != nil {
+		exit(125, fmt.Errorf("the tool's stdin: %w", err))
+	}
+	fds[0].Close()
+	if t := tc.Terminal; t != nil {
+		// The call's pty is the tool's controlling terminal (the stage leads its own
+		// session): Ctrl-C typed by the user is SIGINT for the tool's foreground process
+		// group, from the pty's line discipline.
+		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
+			exit(125, fmt.Errorf("the pty as controlling terminal: %w", err))
+		}
+		for fd, use := range map[int]bool{1: t.Stdout, 2: t.Stderr} {
+			if use {
+				if err := unix.Dup3(0, fd, 0); err != nil {
+					exit(125, fmt.Errorf("the pty as fd %d: %w", fd, err))
+				}
+			}
+		}
+	}
+	if err := unix.Chdir(tc.Dir); err != nil {
+		exit(126, fmt.Errorf("chdir %s: %w", tc.Dir, err))
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		exit(125, fmt.Errorf("no_new_privs: %w", err))
+	}
+	if tc.Landlock != nil {
+		if err := landlock.Restrict(*tc.Landlock); err != nil {
+			exit(125, fmt.Errorf("landlock: %w", err))
+		}
+	}
+	path, err := lookPath(tc.Argv[0], tc.Env)
+	if err != nil {
+		exit(127, err)
+	}
+	if len(tc.Seccomp) > 0 {
+		// The locked thread is the one that executes: filtering it alone is meant.
+		if err := seccomp.Install(tc.Seccomp, seccomp.NoTSync); err != nil {
+			exit(125, fmt.Errorf("seccomp: %w", err))
+		}
+	}
+	if err := seccomp.Install(setIDFilter(), seccomp.NoTSync); err != nil {
+		exit(125, fmt.Errorf("seccomp (no setuid or setgid files): %w", err))
+	}
+	err = unix.Exec(path, tc.Argv, tc.Env)
+	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))
+}
+
+// IDsArg passes the sandbox's host ids to its init (its second argument).
+func IDsArg(uid, gid uint32) string { return fmt.Sprintf("ids=%d:%d", uid, gid) }
+
+func parseIDs(args []string) (uint32, uint32, error) {
+	var uid, gid uint32
+	if len(args) != 2 {
+		return 0, 0, errors.New("the init was started without its sandbox's host ids")
+	}
+	if _, err := fmt.Sscanf(args[1], "ids=%d:%d", &uid, &gid); err != nil || uid == 0 || gid == 0 {
+		return 0, 0, fmt.Errorf("the sandbox's host ids %q: %v", args[1], err)
+	}
+	return uid, gid, nil
+}
