@@ -456,7 +456,11 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	c.ended = true // under a.mu: the decoder routes nothing to the call from now on
 	a.mu.Unlock()
 	// The worker stops after the event at hand; what it never took counts as lost.
-	late := c.stop()
+	late, stuck := c.stop(time.Second)
+	if stuck {
+		return a.endStuck(c, res, errs)
+	}
+	defer c.state.Unlock()
 
 	// SIGSYS is how the seccomp filter kills a fatal syscall's process: named even when its
 	// event was lost.
@@ -518,6 +522,45 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	if res.Populated {
 		a.m.lingering.Inc()
 	} else {
+		a.freeSlot(c)
+	}
+	a.m.active.Dec()
+	a.m.calls.WithLabelValues(string(res.Reason)).Inc()
+	return rec, errors.Join(errs...)
+}
+
+// endStuck writes the record of a call whose pipeline stage never came back from one of its
+// events: what it counted is not readable, and the record says so.
+func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, error) {
+	if res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS) && c.policy != nil {
+		if detail, ok := c.policy.FatalEnd(""); ok {
+			res.Reason, res.Detail = event.EndPolicyKill, detail
+		}
+	}
+	rec := &event.CallRecord{
+		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
+		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
+		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
+		Syscalls: map[string]uint64{}, Denials: map[string]uint64{},
+		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
+		IncompleteReason: "the call's stage of the pipeline is stuck in one of its events (a rule or the judge did not return): its counts are unknown and its trail ends here",
+	}
+	if kdrops, err := a.tr.TakeDrops(c.slot); err == nil {
+		rec.Dropped.Kernel = kdrops
+	}
+	rec.Dropped.User = a.userDrops[c.slot].Swap(0)
+	if counts, err := a.tr.TakeSyscallCounts(c.slot); err == nil {
+		for nr, n := range counts {
+			rec.Syscalls[event.SyscallName(nr)] = n
+			rec.SyscallTotal += n
+		}
+	}
+	if err := a.jw.AppendCallEnd(rec); err != nil {
+		a.m.journalErrs.Inc()
+		errs = append(errs, err)
+	}
+	a.log.Error("call ended with its pipeline stage stuck", "call_id", c.Start.CallID)
+	if !res.Populated {
 		a.freeSlot(c)
 	}
 	a.m.active.Dec()

@@ -33,6 +33,10 @@ type worker struct {
 
 	waitMu sync.Mutex
 	waits  []waiter
+
+	// state is held by the worker while it handles one event, and by End once the worker
+	// stopped: the call's counts, sequence and pending events are read under it.
+	state sync.Mutex
 }
 
 type waiter struct {
@@ -60,17 +64,22 @@ func (a *Agent) work(c *Call) {
 		select {
 		case evs := <-c.in:
 			for i := range evs {
+				c.state.Lock()
 				if c.abandoned.Load() {
 					c.late += uint64(len(evs) - i)
+					c.state.Unlock()
 					break
 				}
 				c.enrich(&evs[i])
 				a.append(c, evs[i])
+				c.state.Unlock()
 			}
 			if len(c.in) == 0 {
+				c.state.Lock()
 				if err := a.flush(c); err != nil {
 					a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
 				}
+				c.state.Unlock()
 			}
 			c.taken.Add(uint64(len(evs)))
 			c.release()
@@ -125,18 +134,31 @@ func (w *worker) release() {
 	w.waits = keep
 }
 
-// stop ends the worker and returns how many of the call's events it never processed. The
-// caller has set ended, so nothing more arrives.
-func (w *worker) stop() uint64 {
+// stop ends the worker and returns, with the call's state held, how many of the call's
+// events it never processed. The caller has set ended, so nothing more arrives. A worker
+// still inside one event after wait (a rule or the judge that does not return) is left to it:
+// stuck, and the state is not the caller's to read.
+func (w *worker) stop(wait time.Duration) (late uint64, stuck bool) {
 	close(w.quit)
-	<-w.done
-	late := w.late
+	deadline := time.Now().Add(wait)
+	select {
+	case <-w.done:
+		w.state.Lock()
+	case <-time.After(wait):
+		for !w.state.TryLock() {
+			if time.Now().After(deadline.Add(wait)) {
+				return 0, true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	late = w.late
 	for {
 		select {
 		case evs := <-w.in:
 			late += uint64(len(evs))
 		default:
-			return late
+			return late, false
 		}
 	}
 }
