@@ -106,9 +106,8 @@ func New(cfg Config) (a *Agent, err error) {
 		a.jw.Close()
 		return nil, err
 	}
-	a.layers = []string{"ebpf-trace"}
-	calls, events, drops := a.tr.Shared()
-	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+	a.layers = []string{event.LayerTrace}
+	if a.net, err = netguard.New(a.tr.Shared()); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
 		a.net = nil
 	} else if err := a.attachNetRoot(); err != nil {
@@ -116,15 +115,15 @@ func New(cfg Config) (a *Agent, err error) {
 		a.net.Close()
 		a.net = nil
 	} else {
-		a.layers = append(a.layers, "bpf-cgroup-sock")
+		a.layers = append(a.layers, event.LayerCgroupSock)
 	}
-	if a.lsm, err = lsm.New(lsm.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+	if a.lsm, err = lsm.New(a.tr.Shared()); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {
 			a.log.Warn("bpf lsm layer unavailable", "err", err)
 		}
 		a.lsm = nil
 	} else {
-		a.layers = append(a.layers, "bpf-lsm")
+		a.layers = append(a.layers, event.LayerLSM)
 	}
 	a.rd, err = ringbuf.NewReader(a.tr.Events())
 	if err != nil {

@@ -8,45 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type LsmBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type LsmBermLsmKey struct {
-	_        structs.HostLayout
-	CgroupId uint64
-	Ino      uint64
-	Dev      uint32
-	Pad      uint32
-}
-
-type LsmBermLsmRight uint32
-
-const (
-	LsmBermLsmRightBERM_LSM_READ   LsmBermLsmRight = 1
-	LsmBermLsmRightBERM_LSM_WRITE  LsmBermLsmRight = 2
-	LsmBermLsmRightBERM_LSM_EXEC   LsmBermLsmRight = 4
-	LsmBermLsmRightBERM_LSM_REMOVE LsmBermLsmRight = 8
-)
-
-type LsmBermLsmRule struct {
-	_      structs.HostLayout
-	Rights uint32
-	Rule   uint32
-}
-
-type LsmScratch struct {
-	_   structs.HostLayout
-	Buf [768]int8
-}
 
 // Names of all BPF objects in the ELF.
 //
@@ -65,9 +29,6 @@ const (
 	LsmProgBermPathRmdir    = "berm_path_rmdir"
 	LsmProgBermPathTruncate = "berm_path_truncate"
 	LsmProgBermPathUnlink   = "berm_path_unlink"
-	LsmVarUnusedLsmKey      = "unused_lsm_key"
-	LsmVarUnusedLsmRight    = "unused_lsm_right"
-	LsmVarUnusedLsmRule     = "unused_lsm_rule"
 	LsmVarWakeupBytes       = "wakeup_bytes"
 )
 
@@ -138,10 +99,7 @@ type LsmMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LsmVariableSpecs struct {
-	UnusedLsmKey   *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
-	UnusedLsmRight *ebpf.VariableSpec `ebpf:"unused_lsm_right"`
-	UnusedLsmRule  *ebpf.VariableSpec `ebpf:"unused_lsm_rule"`
-	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // LsmObjects contains all objects after they have been loaded into the kernel.
@@ -185,10 +143,7 @@ func (m *LsmMaps) Close() error {
 //
 // It can be passed to LoadLsmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LsmVariables struct {
-	UnusedLsmKey   *ebpf.Variable `ebpf:"unused_lsm_key"`
-	UnusedLsmRight *ebpf.Variable `ebpf:"unused_lsm_right"`
-	UnusedLsmRule  *ebpf.Variable `ebpf:"unused_lsm_rule"`
-	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // LsmPrograms contains all programs after they have been loaded into the kernel.

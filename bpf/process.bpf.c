@@ -16,20 +16,6 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Keep the contract types in this object's BTF so bpf2go can generate their Go mirrors. */
-const struct berm_exec *unused_exec __attribute__((unused));
-const struct berm_fork *unused_fork __attribute__((unused));
-const struct berm_exit *unused_exit __attribute__((unused));
-const struct berm_open *unused_open __attribute__((unused));
-const struct berm_connect *unused_connect __attribute__((unused));
-const struct berm_syscall *unused_syscall __attribute__((unused));
-const struct berm_syscall_path *unused_syscall_path __attribute__((unused));
-const struct berm_syscounts *unused_syscounts __attribute__((unused));
-const struct berm_deny *unused_deny __attribute__((unused));
-const enum berm_layer *unused_layer __attribute__((unused));
-const struct berm_call_cfg *unused_cfg __attribute__((unused));
-const enum berm_op *unused_op __attribute__((unused));
-
 /*
  * sched_process_exec fires once the new image is committed, with bprm still alive: the only
  * point where the resolved filename and the new argv (already copied to the new mm) are both

@@ -8,22 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type SyscallsBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type SyscallsBermSyscounts struct {
-	_ structs.HostLayout
-	N [512]uint64
-}
 
 // Names of all BPF objects in the ELF.
 //

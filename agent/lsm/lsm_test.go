@@ -31,8 +31,7 @@ func TestNewOnThisKernel(t *testing.T) {
 		t.Fatalf("tracer: %v", err)
 	}
 	defer tr.Close()
-	calls, events, drops := tr.Shared()
-	l, err := New(Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: tracer.DefaultConfig.WakeupBytes})
+	l, err := New(tr.Shared())
 	if err != nil {
 		if !errors.Is(err, ErrRefused) {
 			t.Fatalf("New failed for another reason than the kernel refusing BPF LSM: %v", err)

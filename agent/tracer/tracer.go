@@ -12,7 +12,8 @@ import (
 	"github.com/bermsec/berm/bpf"
 )
 
-// MaxSlots is how many calls can be traced at once on a node (BERM_MAX_SLOTS).
+// MaxSlots is how many calls can be traced at once on a node (BERM_MAX_SLOTS; the contract
+// test checks it against berm.h).
 const MaxSlots = 256
 
 // MaxSyscalls is the size of a call's syscall counter row (BERM_MAX_SYSCALLS).
@@ -33,6 +34,7 @@ var DefaultConfig = Config{RingBytes: 16 << 20, WakeupBytes: 64 << 10}
 
 // Tracer holds the loaded, attached objects.
 type Tracer struct {
+	cfg   Config
 	proc  bpf.ProcessObjects
 	sys   bpf.SyscallsObjects
 	links []link.Link
@@ -43,7 +45,7 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if cfg.RingBytes == 0 {
 		cfg = DefaultConfig
 	}
-	t := &Tracer{}
+	t := &Tracer{cfg: cfg}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -54,29 +56,20 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load process spec: %w", err)
 	}
-	procSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
-	if err := procSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	// The first object creates the shared maps; the others are loaded against them.
+	if err := prepare(procSpec, cfg.RingBytes, cfg.WakeupBytes); err != nil {
+		return nil, fmt.Errorf("load process objects: %w", err)
 	}
 	if err := procSpec.LoadAndAssign(&t.proc, nil); err != nil {
-		return nil, fmt.Errorf("load process objects: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load process objects: %w", VerifierDetail(err))
 	}
 
 	sysSpec, err := bpf.LoadSyscalls()
 	if err != nil {
 		return nil, fmt.Errorf("load syscalls spec: %w", err)
 	}
-	sysSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
-	if err := sysSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
-	}
-	shared := map[string]*ebpf.Map{
-		"berm_calls":  t.proc.BermCalls,
-		"berm_events": t.proc.BermEvents,
-		"berm_drops":  t.proc.BermDrops,
-	}
-	if err := sysSpec.LoadAndAssign(&t.sys, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
-		return nil, fmt.Errorf("load syscalls objects: %w", verifierDetail(err))
+	if err := t.Shared().Load(sysSpec, &t.sys); err != nil {
+		return nil, fmt.Errorf("load syscalls objects: %w", err)
 	}
 
 	for _, p := range []struct {
@@ -98,22 +91,8 @@ func New(cfg Config) (_ *Tracer, err error) {
 	return t, nil
 }
 
-func verifierDetail(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%+v", ve)
-	}
-	return err
-}
-
 // Events is the ring buffer every program writes to.
 func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
-
-// Shared are the maps every berm object uses (lib/maps.h), for other loaders' MapReplacements:
-// the call table, the event ring and the per-slot drop counters.
-func (t *Tracer) Shared() (calls, events, drops *ebpf.Map) {
-	return t.proc.BermCalls, t.proc.BermEvents, t.proc.BermDrops
-}
 
 // CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.
 const CallAudit = 1
@@ -133,7 +112,7 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 	if cfg.Slot >= MaxSlots {
 		return fmt.Errorf("register cgroup %d: slot %d out of range", cgroupID, cfg.Slot)
 	}
-	v := bpf.ProcessBermCallCfg{Slot: cfg.Slot}
+	v := bpf.WireBermCallCfg{Slot: cfg.Slot}
 	if cfg.Audit {
 		v.Flags |= CallAudit
 	}
@@ -160,7 +139,7 @@ func (t *Tracer) Unregister(cgroupID uint64) error {
 // TakeSyscallCounts returns the slot's per-syscall counts (summed over CPUs) and zeroes them
 // for the slot's next call: one lookup and one update, whatever the number of syscalls.
 func (t *Tracer) TakeSyscallCounts(slot uint32) (map[uint32]uint64, error) {
-	var per []bpf.SyscallsBermSyscounts
+	var per []bpf.WireBermSyscounts
 	if err := t.sys.BermSyscounts.Lookup(slot, &per); err != nil {
 		return nil, fmt.Errorf("read syscall counters of slot %d: %w", slot, err)
 	}

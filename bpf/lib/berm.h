@@ -2,8 +2,9 @@
 /* Copyright berm authors. */
 /*
  * The wire contract between the kernel programs and the Go agent. This header is the only
- * definition: bpf2go generates the Go mirror types from it (-type), and a Go test checks the
- * decoder against those generated types, so the two sides cannot drift apart.
+ * definition: bpf2go generates the Go mirror types from it once (contract.bpf.c, as
+ * bpf.WireBerm*), every loader and decoder uses those, and agent/contract_test.go checks the
+ * decoders and the Go limits against this file, so the two sides cannot drift apart.
  */
 #ifndef BERM_H
 #define BERM_H
@@ -21,16 +22,9 @@ enum berm_op {
 	BERM_OP_OPEN = 4,
 	BERM_OP_CONNECT = 5,
 	BERM_OP_SYSCALL = 6,
-	BERM_OP_DENY = 7,
+	BERM_OP_NET_DENY = 7, /* struct berm_net_deny: the cgroup sock hooks (netpolicy.bpf.c) */
 	BERM_OP_SYSCALL_PATH = 8,
-};
-
-/* Which enforcement layer refused something (struct berm_deny). */
-enum berm_layer {
-	BERM_LAYER_SECCOMP = 1,
-	BERM_LAYER_LANDLOCK = 2,
-	BERM_LAYER_CGROUP_SOCK = 3,
-	BERM_LAYER_LSM = 4,
+	BERM_OP_LSM_DENY = 9, /* struct berm_lsm_deny: the BPF LSM hooks (lsm.bpf.c) */
 };
 
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
@@ -122,17 +116,27 @@ struct berm_syscounts {
 	__u64 n[BERM_MAX_SYSCALLS];
 };
 
-/* A denial (or, in audit mode, a would-be denial) by a kernel-side layer. */
-struct berm_deny {
+/*
+ * A denial (or, in audit mode, a would-be denial) by the cgroup sock hooks: a destination
+ * (connect, unconnected send) or, with nr = BERM_NR_SOCKET, a socket() refused at creation.
+ */
+struct berm_net_deny {
 	struct berm_hdr hdr;
-	__u32 layer;     /* enum berm_layer */
 	__u32 rule;      /* index of the rule that fired in the compiled policy, 0 = default deny */
 	__u32 audit;     /* 1: audit mode, the action was allowed */
-	__u32 nr;        /* syscall number, when the object is a syscall */
-	__u16 family;    /* address family, when the object is an address */
+	__u32 nr;        /* BERM_NR_SOCKET for a refused socket(), else 0 */
+	__u16 family;    /* address family */
 	__u16 port;      /* host byte order */
-	__u32 proto;     /* socket type/protocol */
-	__u8 addr[16];
+	__u32 proto;     /* IP protocol; for socket(): type << 16 | protocol */
+	__u32 pad;
+	__u8 addr[16];   /* IPv6, IPv4 as IPv4-mapped */
+};
+
+/* A denial (or would-be denial) by the BPF LSM file policy: the object's path. */
+struct berm_lsm_deny {
+	struct berm_hdr hdr;
+	__u32 rule;      /* 1-based index of the policy rule, 0 = no rule covers the object */
+	__u32 audit;
 	char path[BERM_PATH_LEN];
 };
 
@@ -172,7 +176,7 @@ struct berm_lsm_rule {
 #define BERM_MAX_NET_ENTRIES 64    /* entries one prefix carries: policy.MaxNetEntries */
 #define BERM_MAX_NET_PREFIXES 4096 /* prefixes of one call's policy (trie entries allocated on use) */
 #define BERM_MAX_SOCK_RULES 16     /* socket(family, type) pairs one call may create */
-#define BERM_NR_SOCKET 41          /* berm_deny.nr of a refused socket(): x86-64 __NR_socket */
+#define BERM_NR_SOCKET 41          /* berm_net_deny.nr of a refused socket(): x86-64 __NR_socket */
 
 #define BERM_NET_GEN_BITS 64        /* berm_net_key.prefixlen counts the generation first */
 

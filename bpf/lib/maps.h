@@ -33,7 +33,7 @@ struct {
 } berm_drops SEC(".maps");
 
 /* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
-const volatile __u64 wakeup_bytes = 256 << 10;
+const volatile __u64 wakeup_bytes = 64 << 10; /* set at load time: tracer.Config.WakeupBytes */
 
 static __always_inline struct berm_call_cfg *berm_call_of(__u64 cgid)
 {
