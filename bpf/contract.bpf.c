@@ -13,6 +13,8 @@
 
 /* Referenced so that the types are in this object's BTF. */
 const enum berm_op *unused_op __attribute__((unused));
+const enum berm_source *unused_source __attribute__((unused));
+const struct berm_str *unused_str __attribute__((unused));
 const struct berm_call_cfg *unused_call_cfg __attribute__((unused));
 const struct berm_hdr *unused_hdr __attribute__((unused));
 const struct berm_exec *unused_exec __attribute__((unused));

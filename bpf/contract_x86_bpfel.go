@@ -29,21 +29,21 @@ type WireBermConnect struct {
 	Addrlen  uint32
 	Addr     [16]uint8
 	UnixPath [108]int8
+	Source   uint32
+	Pad      uint32
 	_        [4]byte
 }
 
 type WireBermExec struct {
-	_             structs.HostLayout
-	Hdr           WireBermHdr
-	ArgsLen       uint32
-	ArgcTruncated uint32
-	ExeMode       uint32
-	ExeNlink      uint32
-	Euid          uint32
-	Pad           uint32
-	ExeName       [64]int8
-	Filename      [256]int8
-	Args          [512]int8
+	_        structs.HostLayout
+	Hdr      WireBermHdr
+	ExeMode  uint32
+	ExeNlink uint32
+	Euid     uint32
+	Pad      uint32
+	ExeName  [64]int8
+	Filename WireBermStr
+	Args     WireBermStr
 }
 
 type WireBermExit struct {
@@ -170,20 +170,37 @@ const (
 )
 
 type WireBermOpen struct {
-	_     structs.HostLayout
-	Hdr   WireBermHdr
-	Ret   int64
-	Dirfd int32
-	Flags uint32
-	Mode  uint32
-	Nr    uint32
-	Path  [256]int8
+	_      structs.HostLayout
+	Hdr    WireBermHdr
+	Ret    int64
+	Dirfd  int32
+	Flags  uint32
+	Mode   uint32
+	Nr     uint32
+	Source uint32
+	Pad    uint32
+	Path   WireBermStr
+	Base   WireBermStr
 }
 
 type WireBermSockRule struct {
 	_      structs.HostLayout
 	Family uint16
 	Type   uint16
+}
+
+type WireBermSource uint32
+
+const (
+	WireBermSourceBERM_SRC_NONE   WireBermSource = 0
+	WireBermSourceBERM_SRC_KERNEL WireBermSource = 1
+	WireBermSourceBERM_SRC_USER   WireBermSource = 2
+)
+
+type WireBermStr struct {
+	_    structs.HostLayout
+	Len  uint32
+	Full uint32
 }
 
 type WireBermSyscall struct {
@@ -196,10 +213,12 @@ type WireBermSyscall struct {
 }
 
 type WireBermSyscallPath struct {
-	_     structs.HostLayout
-	Sc    WireBermSyscall
-	Path  [256]int8
-	Path2 [256]int8
+	_       structs.HostLayout
+	Sc      WireBermSyscall
+	Source  uint32
+	Source2 uint32
+	Path    WireBermStr
+	Path2   WireBermStr
 }
 
 type WireBermSyscounts struct {
@@ -230,6 +249,8 @@ const (
 	WireVarUnusedOp          = "unused_op"
 	WireVarUnusedOpen        = "unused_open"
 	WireVarUnusedSockRule    = "unused_sock_rule"
+	WireVarUnusedSource      = "unused_source"
+	WireVarUnusedStr         = "unused_str"
 	WireVarUnusedSyscall     = "unused_syscall"
 	WireVarUnusedSyscallPath = "unused_syscall_path"
 	WireVarUnusedSyscounts   = "unused_syscounts"
@@ -308,6 +329,8 @@ type WireVariableSpecs struct {
 	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
 	UnusedOpen        *ebpf.VariableSpec `ebpf:"unused_open"`
 	UnusedSockRule    *ebpf.VariableSpec `ebpf:"unused_sock_rule"`
+	UnusedSource      *ebpf.VariableSpec `ebpf:"unused_source"`
+	UnusedStr         *ebpf.VariableSpec `ebpf:"unused_str"`
 	UnusedSyscall     *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.VariableSpec `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.VariableSpec `ebpf:"unused_syscounts"`
@@ -362,6 +385,8 @@ type WireVariables struct {
 	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
 	UnusedOpen        *ebpf.Variable `ebpf:"unused_open"`
 	UnusedSockRule    *ebpf.Variable `ebpf:"unused_sock_rule"`
+	UnusedSource      *ebpf.Variable `ebpf:"unused_source"`
+	UnusedStr         *ebpf.Variable `ebpf:"unused_str"`
 	UnusedSyscall     *ebpf.Variable `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.Variable `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.Variable `ebpf:"unused_syscounts"`

@@ -16,13 +16,15 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProcessMapBermCalls      = "berm_calls"
-	ProcessMapBermDrops      = "berm_drops"
-	ProcessMapBermEvents     = "berm_events"
-	ProcessProgBermSchedExec = "berm_sched_exec"
-	ProcessProgBermSchedExit = "berm_sched_exit"
-	ProcessProgBermSchedFork = "berm_sched_fork"
-	ProcessVarWakeupBytes    = "wakeup_bytes"
+	ProcessMapBermCalls       = "berm_calls"
+	ProcessMapBermDrops       = "berm_drops"
+	ProcessMapBermEvents      = "berm_events"
+	ProcessMapBermRecScratch  = "berm_rec_scratch"
+	ProcessMapBermWalkScratch = "berm_walk_scratch"
+	ProcessProgBermSchedExec  = "berm_sched_exec"
+	ProcessProgBermSchedExit  = "berm_sched_exit"
+	ProcessProgBermSchedFork  = "berm_sched_fork"
+	ProcessVarWakeupBytes     = "wakeup_bytes"
 )
 
 // LoadProcess returns the embedded CollectionSpec for Process.
@@ -76,9 +78,11 @@ type ProcessProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessMapSpecs struct {
-	BermCalls  *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops  *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents *ebpf.MapSpec `ebpf:"berm_events"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
+	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
 }
 
 // ProcessVariableSpecs contains global variables before they are loaded into the kernel.
@@ -108,9 +112,11 @@ func (o *ProcessObjects) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessMaps struct {
-	BermCalls  *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops  *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents *ebpf.Map `ebpf:"berm_events"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
+	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
 }
 
 func (m *ProcessMaps) Close() error {
@@ -118,6 +124,8 @@ func (m *ProcessMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermRecScratch,
+		m.BermWalkScratch,
 	)
 }
 

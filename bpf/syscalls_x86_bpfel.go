@@ -16,13 +16,16 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SyscallsMapBermCalls     = "berm_calls"
-	SyscallsMapBermDrops     = "berm_drops"
-	SyscallsMapBermEvents    = "berm_events"
-	SyscallsMapBermSyscounts = "berm_syscounts"
-	SyscallsProgBermSysEnter = "berm_sys_enter"
-	SyscallsProgBermSysExit  = "berm_sys_exit"
-	SyscallsVarWakeupBytes   = "wakeup_bytes"
+	SyscallsMapBermCalls       = "berm_calls"
+	SyscallsMapBermDrops       = "berm_drops"
+	SyscallsMapBermEvents      = "berm_events"
+	SyscallsMapBermPending     = "berm_pending"
+	SyscallsMapBermRecScratch  = "berm_rec_scratch"
+	SyscallsMapBermSyscounts   = "berm_syscounts"
+	SyscallsMapBermWalkScratch = "berm_walk_scratch"
+	SyscallsProgBermSysEnter   = "berm_sys_enter"
+	SyscallsProgBermSysExit    = "berm_sys_exit"
+	SyscallsVarWakeupBytes     = "wakeup_bytes"
 )
 
 // LoadSyscalls returns the embedded CollectionSpec for Syscalls.
@@ -75,10 +78,13 @@ type SyscallsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SyscallsMapSpecs struct {
-	BermCalls     *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
-	BermSyscounts *ebpf.MapSpec `ebpf:"berm_syscounts"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermPending     *ebpf.MapSpec `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
+	BermSyscounts   *ebpf.MapSpec `ebpf:"berm_syscounts"`
+	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
 }
 
 // SyscallsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -108,10 +114,13 @@ func (o *SyscallsObjects) Close() error {
 //
 // It can be passed to LoadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SyscallsMaps struct {
-	BermCalls     *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents    *ebpf.Map `ebpf:"berm_events"`
-	BermSyscounts *ebpf.Map `ebpf:"berm_syscounts"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermPending     *ebpf.Map `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
+	BermSyscounts   *ebpf.Map `ebpf:"berm_syscounts"`
+	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
 }
 
 func (m *SyscallsMaps) Close() error {
@@ -119,7 +128,10 @@ func (m *SyscallsMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermPending,
+		m.BermRecScratch,
 		m.BermSyscounts,
+		m.BermWalkScratch,
 	)
 }
 

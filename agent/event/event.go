@@ -71,6 +71,8 @@ type Exec struct {
 	Deleted   bool     `json:"deleted,omitempty"`   // the file had no links (deleted, or a memfd)
 	ExeName   string   `json:"exe_name,omitempty"`  // dentry name; "memfd:..." for a memfd
 	EUID      uint32   `json:"euid"`                // effective uid after the exec
+
+	ArgsLen uint32 `json:"args_len,omitempty"` // argv's whole length in bytes (NUL-separated), recorded or not
 }
 
 type Fork struct {
@@ -89,6 +91,16 @@ type Open struct {
 	Mode   uint32 `json:"mode,omitempty"`
 	Result int64  `json:"result"` // fd, or -errno
 	Errno  string `json:"errno,omitempty"`
+
+	// Path is what the kernel acted on: for an open that yielded an fd, the kernel's path of
+	// the file behind it (PathSource "kernel"); otherwise the argument as read at syscall
+	// entry (PathSource "user"), before the call could block and its memory be rewritten.
+	PathTruncated bool   `json:"path_truncated,omitempty"` // Path is cut; PathLen is its whole length
+	PathLen       uint32 `json:"path_len,omitempty"`       // whole length of the path; 0 when not known
+	PathSource    string `json:"path_source,omitempty"`    // "kernel" or "user"
+	// ResolvedPath is a relative user Path joined to the kernel's path of the directory it
+	// was resolved against (dirfd's, or the cwd).
+	ResolvedPath string `json:"resolved_path,omitempty"`
 }
 
 type Connect struct {
@@ -97,6 +109,10 @@ type Connect struct {
 	Port   uint16 `json:"port,omitempty"`
 	Result int64  `json:"result"`
 	Errno  string `json:"errno,omitempty"`
+
+	// AddrSource: "user" when the address was read from the caller's memory at syscall entry,
+	// before the call could block; empty when it could not be captured.
+	AddrSource string `json:"addr_source,omitempty"`
 }
 
 type Syscall struct {
@@ -107,6 +123,14 @@ type Syscall struct {
 	Path2  string    `json:"path2,omitempty"` // second path: rename/link destination, mount source
 	Result int64     `json:"result"`
 	Errno  string    `json:"errno,omitempty"`
+
+	// PathSource is "kernel" for the file behind an fd (ftruncate, fallocate, fchmod, ...),
+	// "user" for a path argument read at syscall entry.
+	PathSource     string `json:"path_source,omitempty"`
+	PathTruncated  bool   `json:"path_truncated,omitempty"`
+	PathLen        uint32 `json:"path_len,omitempty"` // whole length of Path; 0 when not known
+	Path2Truncated bool   `json:"path2_truncated,omitempty"`
+	Path2Len       uint32 `json:"path2_len,omitempty"`
 }
 
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -15,28 +17,34 @@ import (
 
 // The tracer's programs (process.bpf.c, syscalls.bpf.c) produce these kinds.
 func init() {
-	wire.Register(bpf.WireBermOpBERM_OP_EXEC, decodeExec)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_EXEC, tail(bpf.WireBermExec{}, bpf.BermPathMax+bpf.BermArgsMax), decodeExec)
 	wire.Register(bpf.WireBermOpBERM_OP_FORK, decodeFork)
 	wire.Register(bpf.WireBermOpBERM_OP_EXIT, decodeExit)
-	wire.Register(bpf.WireBermOpBERM_OP_OPEN, decodeOpen)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_OPEN, tail(bpf.WireBermOpen{}, 2*bpf.BermPathMax), decodeOpen)
 	wire.Register(bpf.WireBermOpBERM_OP_CONNECT, decodeConnect)
 	wire.Register(bpf.WireBermOpBERM_OP_SYSCALL, decodeSyscall)
-	wire.Register(bpf.WireBermOpBERM_OP_SYSCALL_PATH, decodeSyscallPath)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_SYSCALL_PATH, tail(bpf.WireBermSyscallPath{}, 2*bpf.BermPathMax), decodeSyscallPath)
 }
 
-func decodeExec(e *bpf.WireBermExec, ev *event.Event) {
+// tail is the largest size of a variable record: its struct and at most n bytes of strings.
+func tail[T any](v T, n uintptr) uintptr { return unsafe.Sizeof(v) + n }
+
+func decodeExec(e *bpf.WireBermExec, b []byte, ev *event.Event) error {
+	t := wire.NewTail(b)
+	filename, args := t.Next(e.Filename), t.Next(e.Args)
 	ev.Kind = event.KindExec
-	n := min(int(e.ArgsLen), len(e.Args))
 	ev.Exec = &event.Exec{
-		Filename:  wire.CString(e.Filename[:]),
-		Argv:      splitArgs(wire.Bytes(e.Args[:n])),
-		Truncated: e.ArgcTruncated != 0,
+		Filename:  filename.S,
+		Argv:      splitArgs([]byte(args.S)),
+		Truncated: args.Truncated,
+		ArgsLen:   args.Full,
 		Mode:      e.ExeMode,
 		Setuid:    e.ExeMode&(unix.S_ISUID|unix.S_ISGID) != 0,
 		Deleted:   e.ExeNlink == 0,
 		ExeName:   wire.CString(e.ExeName[:]),
 		EUID:      e.Euid,
 	}
+	return t.Err()
 }
 
 func decodeFork(e *bpf.WireBermFork, ev *event.Event) {
@@ -56,17 +64,29 @@ func decodeExit(e *bpf.WireBermExit, ev *event.Event) {
 	ev.Exit = x
 }
 
-func decodeOpen(e *bpf.WireBermOpen, ev *event.Event) {
+func decodeOpen(e *bpf.WireBermOpen, b []byte, ev *event.Event) error {
+	t := wire.NewTail(b)
+	path, base := t.Next(e.Path), t.Next(e.Base)
 	ev.Kind = event.KindOpen
-	ev.Open = &event.Open{
-		Path: wire.CString(e.Path[:]), Dirfd: e.Dirfd, Flags: e.Flags, Mode: e.Mode,
+	o := &event.Open{
+		Path: path.S, Dirfd: e.Dirfd, Flags: e.Flags, Mode: e.Mode,
 		Result: e.Ret, Errno: wire.ErrnoName(e.Ret),
+		PathTruncated: path.Truncated, PathSource: wire.Source(e.Source),
 	}
+	if path.Truncated {
+		o.PathLen = path.Full
+	}
+	// the directory's path is the kernel's: joined with a cut name it would name another file
+	if base.S != "" && !base.Truncated && !path.Truncated {
+		o.ResolvedPath = strings.TrimSuffix(base.S, "/") + "/" + path.S
+	}
+	ev.Open = o
+	return t.Err()
 }
 
 func decodeConnect(e *bpf.WireBermConnect, ev *event.Event) {
 	ev.Kind = event.KindConnect
-	c := &event.Connect{Port: e.Port, Result: e.Ret, Errno: wire.ErrnoName(e.Ret)}
+	c := &event.Connect{Port: e.Port, Result: e.Ret, Errno: wire.ErrnoName(e.Ret), AddrSource: wire.Source(e.Source)}
 	switch e.Family {
 	case unix.AF_INET:
 		c.Family = "inet"
@@ -88,9 +108,21 @@ func decodeSyscall(e *bpf.WireBermSyscall, ev *event.Event) {
 	ev.Syscall = &event.Syscall{Nr: e.Nr, Name: event.SyscallName(e.Nr), Args: e.Args, Result: e.Ret, Errno: wire.ErrnoName(e.Ret)}
 }
 
-func decodeSyscallPath(e *bpf.WireBermSyscallPath, ev *event.Event) {
+func decodeSyscallPath(e *bpf.WireBermSyscallPath, b []byte, ev *event.Event) error {
 	decodeSyscall(&e.Sc, ev)
-	ev.Syscall.Path, ev.Syscall.Path2 = wire.CString(e.Path[:]), wire.CString(e.Path2[:])
+	t := wire.NewTail(b)
+	p1, p2 := t.Next(e.Path), t.Next(e.Path2)
+	sc := ev.Syscall
+	sc.Path, sc.Path2 = p1.S, p2.S
+	sc.PathSource = wire.Source(e.Source)
+	sc.PathTruncated, sc.Path2Truncated = p1.Truncated, p2.Truncated
+	if p1.Truncated {
+		sc.PathLen = p1.Full
+	}
+	if p2.Truncated {
+		sc.Path2Len = p2.Full
+	}
+	return t.Err()
 }
 
 func splitArgs(b []byte) []string {

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/bpf"
 )
 
 // Bytes views a C char array (generated as []int8) as bytes.
@@ -34,4 +36,55 @@ func ErrnoName(ret int64) string {
 		return n
 	}
 	return fmt.Sprintf("errno %d", -ret)
+}
+
+// Str is a string of a variable record's tail (struct berm_str).
+type Str struct {
+	S         string
+	Truncated bool   // the kernel cut it
+	Full      uint32 // its whole length; 0 when not known
+}
+
+// lenUnknown is BERM_LEN_UNKNOWN: a kernel path cut at a depth whose length was not measured.
+const lenUnknown = 0xffffffff
+
+// Tail reads the strings of a variable record's tail, in field order.
+type Tail struct {
+	b   []byte
+	off int
+	err error
+}
+
+// NewTail reads b, the bytes past a variable record's struct.
+func NewTail(b []byte) *Tail { return &Tail{b: b} }
+
+// Next is the next string, described by s.
+func (t *Tail) Next(s bpf.WireBermStr) Str {
+	if t.err != nil {
+		return Str{}
+	}
+	if int(s.Len) > len(t.b)-t.off {
+		t.err = fmt.Errorf("string of %d bytes at %d past the record's %d tail bytes", s.Len, t.off, len(t.b))
+		return Str{}
+	}
+	out := Str{S: string(t.b[t.off : t.off+int(s.Len)]), Full: s.Full, Truncated: s.Full != s.Len}
+	if s.Full == lenUnknown {
+		out.Full = 0
+	}
+	t.off += int(s.Len)
+	return out
+}
+
+// Err is the first string that did not fit the record.
+func (t *Tail) Err() error { return t.err }
+
+// Source names an enum berm_source.
+func Source(src uint32) string {
+	switch bpf.WireBermSource(src) {
+	case bpf.WireBermSourceBERM_SRC_KERNEL:
+		return "kernel"
+	case bpf.WireBermSourceBERM_SRC_USER:
+		return "user"
+	}
+	return ""
 }

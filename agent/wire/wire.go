@@ -18,7 +18,7 @@ const maxOp = 64
 type handler struct {
 	size   uintptr // the struct's size: exact for fixed records, the minimum for variable ones
 	max    uintptr // variable records: the largest size; 0 for fixed ones
-	decode func(raw []byte, ev *event.Event)
+	decode func(raw []byte, ev *event.Event) error
 }
 
 var handlers [maxOp]handler
@@ -31,19 +31,20 @@ const HdrSize = int(unsafe.Sizeof(bpf.WireBermHdr{}))
 // is a programming error.
 func Register[T any](op bpf.WireBermOp, decode func(e *T, ev *event.Event)) {
 	var zero T
-	register(op, handler{size: unsafe.Sizeof(zero), decode: func(raw []byte, ev *event.Event) {
+	register(op, handler{size: unsafe.Sizeof(zero), decode: func(raw []byte, ev *event.Event) error {
 		decode((*T)(unsafe.Pointer(&raw[0])), ev)
+		return nil
 	}})
 }
 
 // RegisterVariable makes records of op decode as a T followed by a tail the kernel sized to
 // what it used (paths, argv): a record is at least T's size and at most max bytes, and decode
 // gets the tail (the record past T) as well.
-func RegisterVariable[T any](op bpf.WireBermOp, max uintptr, decode func(e *T, tail []byte, ev *event.Event)) {
+func RegisterVariable[T any](op bpf.WireBermOp, max uintptr, decode func(e *T, tail []byte, ev *event.Event) error) {
 	var zero T
 	size := unsafe.Sizeof(zero)
-	register(op, handler{size: size, max: max, decode: func(raw []byte, ev *event.Event) {
-		decode((*T)(unsafe.Pointer(&raw[0])), raw[size:], ev)
+	register(op, handler{size: size, max: max, decode: func(raw []byte, ev *event.Event) error {
+		return decode((*T)(unsafe.Pointer(&raw[0])), raw[size:], ev)
 	}})
 }
 
@@ -97,6 +98,8 @@ func Decode(raw []byte, ev *event.Event) error {
 	}
 	ev.PID, ev.TID, ev.PPID, ev.UID = h.Pid, h.Tid, h.Ppid, h.Uid
 	ev.Comm = CString(h.Comm[:])
-	hd.decode(raw[:size], ev)
+	if err := hd.decode(raw[:size], ev); err != nil {
+		return fmt.Errorf("op %d: %w", h.Op, err)
+	}
 	return nil
 }

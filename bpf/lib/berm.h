@@ -11,8 +11,9 @@
 
 #define BERM_MAX_SLOTS 256    /* concurrent sandboxed calls per node */
 #define BERM_MAX_SYSCALLS 512 /* syscall numbers counted per call (x86-64 uses < 460) */
-#define BERM_PATH_LEN 256
-#define BERM_ARGS_LEN 512
+#define BERM_PATH_LEN 256     /* fixed path fields (LSM denials) */
+#define BERM_PATH_MAX 4096    /* paths in variable records: PATH_MAX, the kernel refuses longer */
+#define BERM_ARGS_MAX 8192    /* argv bytes an exec record carries */
 #define BERM_COMM_LEN 16
 
 enum berm_op {
@@ -48,17 +49,37 @@ struct berm_hdr {
 	char comm[BERM_COMM_LEN];
 };
 
+/*
+ * A string in the tail of a variable-size record: len bytes are in the record (no NUL), full
+ * is its length where it came from. full != len: the string was cut, and the record says so;
+ * full = BERM_LEN_UNKNOWN: cut at a length not known (a kernel path deeper than the walk went).
+ */
+#define BERM_LEN_UNKNOWN 0xffffffff
+struct berm_str {
+	__u32 len;
+	__u32 full;
+};
+
+/* Where a recorded path or address came from. */
+enum berm_source {
+	BERM_SRC_NONE = 0,   /* not captured (no entry state: the trace started mid-syscall) */
+	BERM_SRC_KERNEL = 1, /* the kernel's own object: the file behind an fd, a dentry walk */
+	BERM_SRC_USER = 2,   /* the syscall's argument in user memory, read at syscall entry */
+};
+
+/*
+ * Variable-size records (exec, open, syscall_path) are the struct followed by the bytes of
+ * their berm_str fields, in field order; hdr.size is the whole record.
+ */
 struct berm_exec {
 	struct berm_hdr hdr;
-	__u32 args_len;  /* bytes of args used: NUL-separated argv */
-	__u32 argc_truncated; /* 1 when argv did not fit */
 	__u32 exe_mode;  /* i_mode of the executed file (setuid/setgid bits) */
 	__u32 exe_nlink; /* 0: the file was deleted (or is a memfd) */
 	__u32 euid;      /* effective uid after exec */
 	__u32 pad;
 	char exe_name[64]; /* dentry name of the executed file ("memfd:x" for memfds) */
-	char filename[BERM_PATH_LEN];
-	char args[BERM_ARGS_LEN];
+	struct berm_str filename; /* as passed to execve */
+	struct berm_str args;     /* NUL-separated argv */
 };
 
 struct berm_fork {
@@ -73,6 +94,11 @@ struct berm_exit {
 	__u32 thread_group_dead;
 };
 
+/*
+ * path: for an open that yielded an fd, the kernel's path of the file behind it (source
+ * KERNEL); otherwise the argument as read at syscall entry (source USER), and for a relative
+ * one, base: the kernel's path of the directory it is relative to (dirfd's or the cwd).
+ */
 struct berm_open {
 	struct berm_hdr hdr;
 	__s64 ret;       /* fd or -errno */
@@ -80,9 +106,13 @@ struct berm_open {
 	__u32 flags;
 	__u32 mode;
 	__u32 nr;        /* open, openat, openat2 or creat */
-	char path[BERM_PATH_LEN];
+	__u32 source;    /* enum berm_source of path */
+	__u32 pad;
+	struct berm_str path;
+	struct berm_str base;
 };
 
+/* The address as read at syscall entry (source USER), before the call could block. */
 struct berm_connect {
 	struct berm_hdr hdr;
 	__s64 ret;       /* 0 or -errno (-EINPROGRESS for non-blocking sockets) */
@@ -91,6 +121,8 @@ struct berm_connect {
 	__u32 addrlen;
 	__u8 addr[16];   /* IPv4 in the first 4 bytes */
 	char unix_path[108];
+	__u32 source;    /* enum berm_source */
+	__u32 pad;
 };
 
 /* A syscall of the call's traced set. */
@@ -102,13 +134,19 @@ struct berm_syscall {
 	__u32 pad;
 };
 
-/* A traced syscall that takes paths (unlink, rename, mkdir, chmod, mount, ...): the pointers
- * alone mean nothing later, so the strings are captured. A separate op keeps the common,
- * path-less event small: ring space and copy cost are per byte. */
+/*
+ * A traced syscall that takes paths (unlink, rename, mkdir, chmod, mount, ...) or acts on an
+ * fd's file (ftruncate, fallocate, fchmod, ...): the pointers alone mean nothing later, so the
+ * strings are captured at entry, before the call can block and its memory be rewritten; an
+ * fd's file is named by the kernel. A separate op keeps the common, path-less event small:
+ * ring space and copy cost are per byte.
+ */
 struct berm_syscall_path {
 	struct berm_syscall sc;
-	char path[BERM_PATH_LEN];
-	char path2[BERM_PATH_LEN];
+	__u32 source;    /* enum berm_source of path */
+	__u32 source2;   /* and of path2 */
+	struct berm_str path;
+	struct berm_str path2;
 };
 
 /* Per-call syscall counters: one value per slot, so reading a call's counts is one lookup. */
