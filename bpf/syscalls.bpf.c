@@ -78,7 +78,6 @@ static __always_inline int path_arg(long nr)
 	case 84:  /* rmdir */
 	case 86:  /* link */
 	case 87:  /* unlink */
-	case 88:  /* symlink */
 	case 90:  /* chmod */
 	case 92:  /* chown */
 	case 94:  /* lchown */
@@ -106,6 +105,8 @@ static __always_inline int path_arg(long nr)
 	case 439: /* faccessat2 */
 	case 452: /* fchmodat2 */
 		return 1;
+	case 88:  /* symlink: the link path, as for symlinkat */
+		return 1;
 	case 266: /* symlinkat: the link path */
 		return 2;
 	}
@@ -118,7 +119,6 @@ static __always_inline int path2_arg(long nr)
 	switch (nr) {
 	case 82:  /* rename */
 	case 86:  /* link */
-	case 88:  /* symlink */
 	case 155: /* pivot_root */
 		return 1;
 	case 264: /* renameat */
@@ -126,6 +126,7 @@ static __always_inline int path2_arg(long nr)
 	case 316: /* renameat2 */
 		return 3;
 	case 165: /* mount: the source */
+	case 88:  /* symlink: the target */
 	case 266: /* symlinkat: the target */
 		return 0;
 	}
