@@ -150,49 +150,13 @@ static __always_inline int fd_arg(long nr, __u64 path_ptr)
 }
 
 /*
- * Destructive changes are in every call's trail, whatever its traced set: content (truncate,
- * fallocate and its punch-hole), times (a wipe with the mtime restored), names, links, modes,
- * owners, device nodes and deletions.
+ * The call's traced set; the agent adds the destructive metadata changes to every call's
+ * (tracer.AlwaysTraced), so that the check stays one load on the hot path.
  */
-static __always_inline int destructive(long nr)
-{
-	switch (nr) {
-	case 76:  /* truncate */
-	case 77:  /* ftruncate */
-	case 285: /* fallocate */
-	case 132: /* utime */
-	case 235: /* utimes */
-	case 261: /* futimesat */
-	case 280: /* utimensat */
-	case 82:  /* rename */
-	case 264: /* renameat */
-	case 316: /* renameat2 */
-	case 86:  /* link */
-	case 265: /* linkat */
-	case 88:  /* symlink */
-	case 266: /* symlinkat */
-	case 90:  /* chmod */
-	case 91:  /* fchmod */
-	case 268: /* fchmodat */
-	case 452: /* fchmodat2 */
-	case 92:  /* chown */
-	case 93:  /* fchown */
-	case 94:  /* lchown */
-	case 260: /* fchownat */
-	case 133: /* mknod */
-	case 259: /* mknodat */
-	case 87:  /* unlink */
-	case 263: /* unlinkat */
-	case 84:  /* rmdir */
-		return 1;
-	}
-	return 0;
-}
-
 static __always_inline int traced(struct berm_call_cfg *cfg, long nr)
 {
 	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
-	return (cfg->sys_mask[word] & (1ULL << (nr % 64))) || destructive(nr);
+	return (cfg->sys_mask[word] & (1ULL << (nr % 64))) != 0;
 }
 
 static __always_inline __u64 arg_of(struct pt_regs *regs, int i)

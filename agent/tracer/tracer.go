@@ -5,9 +5,11 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/bpf"
 )
@@ -97,10 +99,24 @@ func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
 // CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.
 const CallAudit = 1
 
+// AlwaysTraced are the syscalls in every call's trail, whatever its traced set: destructive
+// changes of content (truncate, fallocate and its punch-hole), times (a wipe with the mtime
+// restored), names, links, modes, owners, device nodes, and deletions.
+var AlwaysTraced = []uint32{
+	unix.SYS_TRUNCATE, unix.SYS_FTRUNCATE, unix.SYS_FALLOCATE,
+	unix.SYS_UTIME, unix.SYS_UTIMES, unix.SYS_FUTIMESAT, unix.SYS_UTIMENSAT,
+	unix.SYS_RENAME, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2,
+	unix.SYS_LINK, unix.SYS_LINKAT, unix.SYS_SYMLINK, unix.SYS_SYMLINKAT,
+	unix.SYS_CHMOD, unix.SYS_FCHMOD, unix.SYS_FCHMODAT, unix.SYS_FCHMODAT2,
+	unix.SYS_CHOWN, unix.SYS_FCHOWN, unix.SYS_LCHOWN, unix.SYS_FCHOWNAT,
+	unix.SYS_MKNOD, unix.SYS_MKNODAT,
+	unix.SYS_UNLINK, unix.SYS_UNLINKAT, unix.SYS_RMDIR,
+}
+
 // CallConfig is what the kernel knows about a call.
 type CallConfig struct {
 	Slot uint32
-	// Traced are the syscall numbers that get an individual event.
+	// Traced are the syscall numbers that get an individual event (AlwaysTraced are added).
 	Traced []uint32
 	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
 	// blocks nothing (policy mode: audit).
@@ -116,7 +132,7 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 	if cfg.Audit {
 		v.Flags |= CallAudit
 	}
-	for _, nr := range cfg.Traced {
+	for _, nr := range slices.Concat(cfg.Traced, AlwaysTraced) {
 		if nr >= MaxSyscalls {
 			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)
 		}
