@@ -51,8 +51,9 @@ func TestContractCoversEveryOp(t *testing.T) {
 // the kernel cannot index, or a buffer of another length, breaks the contract silently.
 func TestContractLimits(t *testing.T) {
 	defines := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (BERM_\w+) (\d+)`).FindAllStringSubmatch(readContract(t), -1) {
-		defines[m[1]], _ = strconv.Atoi(m[2])
+	for _, m := range regexp.MustCompile(`(?m)^#define (BERM_\w+) (0x[0-9a-f]+|\d+)`).FindAllStringSubmatch(readContract(t), -1) {
+		n, _ := strconv.ParseInt(m[2], 0, 64)
+		defines[m[1]] = int(n)
 	}
 	cases := []struct {
 		define string
@@ -67,6 +68,7 @@ func TestContractLimits(t *testing.T) {
 		{"BERM_PATH_LEN", len(bpf.WireBermLsmDeny{}.Path), "berm_lsm_deny.path"},
 		{"BERM_PATH_MAX", bpf.BermPathMax, "bpf.BermPathMax"},
 		{"BERM_ARGS_MAX", bpf.BermArgsMax, "bpf.BermArgsMax"},
+		{"BERM_LEN_UNKNOWN", wire.LenUnknown, "wire.LenUnknown"},
 	}
 	for _, c := range cases {
 		want, ok := defines[c.define]

@@ -45,8 +45,8 @@ type Str struct {
 	Full      uint32 // its whole length; 0 when not known
 }
 
-// lenUnknown is BERM_LEN_UNKNOWN: a kernel path cut at a depth whose length was not measured.
-const lenUnknown = 0xffffffff
+// LenUnknown is BERM_LEN_UNKNOWN: a kernel path cut at a depth whose length was not measured.
+const LenUnknown = 0xffffffff
 
 // Tail reads the strings of a variable record's tail, in field order.
 type Tail struct {
@@ -68,7 +68,7 @@ func (t *Tail) Next(s bpf.WireBermStr) Str {
 		return Str{}
 	}
 	out := Str{S: string(t.b[t.off : t.off+int(s.Len)]), Full: s.Full, Truncated: s.Full != s.Len}
-	if s.Full == lenUnknown {
+	if s.Full == LenUnknown {
 		out.Full = 0
 	}
 	t.off += int(s.Len)
