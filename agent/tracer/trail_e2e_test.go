@@ -139,7 +139,7 @@ print(r, sa.raw[2:11].decode())
 func TestLongPathsAndArgvAreWholeOrMarked(t *testing.T) {
 	dotted := "/" + strings.Repeat("./", 200) + "etc/hostname" // 413 bytes, opens /etc/hostname
 	missing := strings.Repeat("d/", 150) + "nofile"            // 306 bytes, relative, fails
-	tooLong := "/" + strings.Repeat("a", 5000)                   // refused by the kernel: ENAMETOOLONG
+	tooLong := "/" + strings.Repeat("a", 5000)                 // refused by the kernel: ENAMETOOLONG
 	argv6k := strings.Repeat("y", 6000)
 	argv20k := strings.Repeat("z", 20000)
 	_, events := runTool(t, "long-paths", fmt.Sprintf(`
