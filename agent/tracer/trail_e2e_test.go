@@ -251,3 +251,43 @@ os.mkfifo("pipe")
 		}
 	}
 }
+
+// A relative path is recorded as the file the kernel found, or, when the open failed, joined
+// to the directory the kernel resolved it against (the cwd, or dirfd's), never the workspace.
+func TestRelativePathsResolveAgainstTheirDirectory(t *testing.T) {
+	_, events := runTool(t, "relative", `
+import os
+os.chdir("/etc")
+open("passwd").close()
+for p in ("nope-cwd",):
+    try:
+        open(p)
+    except OSError:
+        pass
+d = os.open("/usr", os.O_RDONLY | os.O_DIRECTORY)
+try:
+    os.open("nope-dirfd", os.O_RDONLY, dir_fd=d)
+except OSError:
+    pass
+`)
+	cases := []struct {
+		path, source, resolved string
+		ok                     bool
+	}{
+		{"/etc/passwd", "kernel", "", true},
+		{"nope-cwd", "user", "/etc/nope-cwd", false},
+		{"nope-dirfd", "user", "/usr/nope-dirfd", false},
+	}
+	for _, c := range cases {
+		found := false
+		for _, e := range events {
+			o := e.Open
+			if o != nil && o.Path == c.path && o.PathSource == c.source && o.ResolvedPath == c.resolved && (o.Result >= 0) == c.ok {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no open of %s (source %s, resolved %q) in the trail", c.path, c.source, c.resolved)
+		}
+	}
+}
