@@ -45,7 +45,10 @@ type Tracer struct {
 // New loads and attaches everything, or nothing: on any failure what was done is undone.
 func New(cfg Config) (_ *Tracer, err error) {
 	if cfg.RingBytes == 0 {
-		cfg = DefaultConfig
+		cfg.RingBytes = DefaultConfig.RingBytes
+	}
+	if cfg.WakeupBytes == 0 {
+		cfg.WakeupBytes = DefaultConfig.WakeupBytes
 	}
 	t := &Tracer{cfg: cfg}
 	defer func() {
