@@ -127,8 +127,7 @@ func New(cfg Config) (a *Agent, err error) {
 		return nil, err
 	}
 	a.layers = []string{event.LayerTrace}
-	calls, events, drops := a.tr.Shared()
-	if a.net, err = netguard.New(netguard.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+	if a.net, err = netguard.New(a.tr.Shared()); err != nil {
 		a.log.Warn("network layer unavailable: calls that need filtered network access will be refused", "err", err)
 		a.net = nil
 	} else if cfg.NetRoot == "" {
@@ -145,7 +144,7 @@ func New(cfg Config) (a *Agent, err error) {
 			a.log.Warn("network layer: not failing closed for orphaned cgroups", "why", a.net.FailOpen)
 		}
 	}
-	if a.lsm, err = lsm.New(lsm.Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: cfg.Tracer.WakeupBytes}); err != nil {
+	if a.lsm, err = lsm.New(a.tr.Shared()); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {
 			a.log.Warn("bpf lsm layer unavailable", "err", err)
 		}

@@ -88,15 +88,18 @@ func (a *Agent) readLoop() {
 	}
 }
 
-// drain reads everything the ring holds right now into b.
+// drain reads what the ring holds at this moment into b, and no more: a call that keeps
+// filling the ring must not keep a barrier (another call's end) waiting behind its events.
 func (a *Agent) drain(rec *ringbuf.Record, b *batch, read *slotSet) {
+	left := int64(a.rd.AvailableBytes())
 	a.rd.SetDeadline(time.Now())
-	for {
+	for left > 0 {
 		if err := a.rd.ReadInto(rec); err != nil {
 			return
 		}
 		b.add(rec.RawSample)
 		a.took(rec.RawSample, read)
+		left -= int64(len(rec.RawSample)+8+7) &^ 7 // the record's header, 8-byte aligned
 	}
 }
 

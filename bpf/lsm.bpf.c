@@ -30,10 +30,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define __FMODE_EXEC 0x20 /* in f_flags: the file is opened by exec (open_exec) */
 #define RENAME_EXCHANGE 2
 
-const struct berm_lsm_key *unused_lsm_key __attribute__((unused));
-const struct berm_lsm_rule *unused_lsm_rule __attribute__((unused));
-const enum berm_lsm_right *unused_lsm_right __attribute__((unused));
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, BERM_LSM_MAX_RULES);
@@ -207,17 +203,11 @@ static __always_inline int judge(struct vfsmount *mnt, struct dentry *d, __u32 n
 		return 0;
 
 	int audit = cfg->flags & BERM_CALL_AUDIT;
-	struct berm_deny *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_lsm_deny *e = berm_reserve(cfg, sizeof(*e));
 	if (e) {
-		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_DENY, sizeof(*e), (struct task_struct *)bpf_get_current_task());
-		e->layer = BERM_LAYER_LSM;
+		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_LSM_DENY, sizeof(*e), (struct task_struct *)bpf_get_current_task());
 		e->rule = r.rule;
 		e->audit = audit ? 1 : 0;
-		e->nr = 0;
-		e->family = 0;
-		e->port = 0;
-		e->proto = 0;
-		__builtin_memset(e->addr, 0, sizeof(e->addr));
 		if (fpath) {
 			if (bpf_d_path(fpath, e->path, sizeof(e->path)) < 0)
 				e->path[0] = 0;

@@ -8,45 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type LsmBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type LsmBermLsmKey struct {
-	_        structs.HostLayout
-	CgroupId uint64
-	Ino      uint64
-	Dev      uint32
-	Pad      uint32
-}
-
-type LsmBermLsmRight uint32
-
-const (
-	LsmBermLsmRightBERM_LSM_READ   LsmBermLsmRight = 1
-	LsmBermLsmRightBERM_LSM_WRITE  LsmBermLsmRight = 2
-	LsmBermLsmRightBERM_LSM_EXEC   LsmBermLsmRight = 4
-	LsmBermLsmRightBERM_LSM_REMOVE LsmBermLsmRight = 8
-)
-
-type LsmBermLsmRule struct {
-	_      structs.HostLayout
-	Rights uint32
-	Rule   uint32
-}
-
-type LsmScratch struct {
-	_   structs.HostLayout
-	Buf [768]int8
-}
 
 // Names of all BPF objects in the ELF.
 //
@@ -68,9 +32,6 @@ const (
 	LsmProgBermPathTruncate = "berm_path_truncate"
 	LsmProgBermPathUnlink   = "berm_path_unlink"
 	LsmVarRingShare         = "ring_share"
-	LsmVarUnusedLsmKey      = "unused_lsm_key"
-	LsmVarUnusedLsmRight    = "unused_lsm_right"
-	LsmVarUnusedLsmRule     = "unused_lsm_rule"
 	LsmVarWakeupBytes       = "wakeup_bytes"
 )
 
@@ -143,11 +104,8 @@ type LsmMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LsmVariableSpecs struct {
-	RingShare      *ebpf.VariableSpec `ebpf:"ring_share"`
-	UnusedLsmKey   *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
-	UnusedLsmRight *ebpf.VariableSpec `ebpf:"unused_lsm_right"`
-	UnusedLsmRule  *ebpf.VariableSpec `ebpf:"unused_lsm_rule"`
-	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	RingShare   *ebpf.VariableSpec `ebpf:"ring_share"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // LsmObjects contains all objects after they have been loaded into the kernel.
@@ -195,11 +153,8 @@ func (m *LsmMaps) Close() error {
 //
 // It can be passed to LoadLsmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LsmVariables struct {
-	RingShare      *ebpf.Variable `ebpf:"ring_share"`
-	UnusedLsmKey   *ebpf.Variable `ebpf:"unused_lsm_key"`
-	UnusedLsmRight *ebpf.Variable `ebpf:"unused_lsm_right"`
-	UnusedLsmRule  *ebpf.Variable `ebpf:"unused_lsm_rule"`
-	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
+	RingShare   *ebpf.Variable `ebpf:"ring_share"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // LsmPrograms contains all programs after they have been loaded into the kernel.

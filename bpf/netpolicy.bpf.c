@@ -7,7 +7,7 @@
  * cgroups (or to a call's own), judge every connect, unconnected UDP send and socket() against the call's compiled
  * egress policy (sandboxer/policy NetPolicy). Default deny; a registered call without a policy
  * is denied everything (fail closed). Each denial, or would-be denial in audit mode, is a
- * berm_deny event in the shared ring.
+ * berm_net_deny event in the shared ring.
  *
  * License: dual GPL-2.0-only / BSD-2-Clause ("Dual BSD/GPL" for the kernel's helper checks).
  */
@@ -26,15 +26,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SOCK_DGRAM 2
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
-
-/* Keep the contract types in this object's BTF so bpf2go can generate their Go mirrors. */
-const struct berm_net_key *unused_net_key __attribute__((unused));
-const struct berm_net_entry *unused_net_entry __attribute__((unused));
-const struct berm_net_prefix *unused_net_prefix __attribute__((unused));
-const struct berm_sock_rule *unused_sock_rule __attribute__((unused));
-const struct berm_net_socks *unused_net_socks __attribute__((unused));
-
-const struct berm_net_gen *unused_net_gen __attribute__((unused));
 
 /*
  * A call's policy is a generation: a number never reused, that keys the call's prefixes in
@@ -138,20 +129,18 @@ static __always_inline int unowned_verdict(void)
 static __always_inline void emit_deny(struct berm_call_cfg *cfg, __u64 cgid, __u32 rule, __u32 audit,
 				      __u32 nr, __u16 family, __u16 port, __u32 proto, const __u8 *addr)
 {
-	struct berm_deny *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_net_deny *e = berm_reserve(cfg, sizeof(*e));
 	if (!e)
 		return;
-	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_DENY, sizeof(*e), bpf_get_current_task_btf());
-	e->layer = BERM_LAYER_CGROUP_SOCK;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_NET_DENY, sizeof(*e), bpf_get_current_task_btf());
 	e->rule = rule;
 	e->audit = audit;
 	e->nr = nr;
 	e->family = family;
 	e->port = port;
 	e->proto = proto;
+	e->pad = 0; /* ring memory holds older events: no stale bytes to user space */
 	__builtin_memcpy(e->addr, addr, sizeof(e->addr));
-	/* ring memory holds older events: the unused path must not carry them to user space */
-	__builtin_memset(e->path, 0, sizeof(e->path));
 	berm_submit(e, sizeof(*e));
 }
 

@@ -8,60 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type NetpolicyBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type NetpolicyBermNetEntry struct {
-	_      structs.HostLayout
-	PortLo uint16
-	PortHi uint16
-	Proto  uint8
-	Allow  uint8
-	Pad    uint16
-	Rule   uint32
-}
-
-type NetpolicyBermNetGen struct {
-	_        structs.HostLayout
-	CgroupId uint64
-	Socks    NetpolicyBermNetSocks
-}
-
-type NetpolicyBermNetKey struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Gen       [2]uint32
-	Addr      [16]uint8
-}
-
-type NetpolicyBermNetPrefix struct {
-	_   structs.HostLayout
-	N   uint32
-	Pad uint32
-	E   [64]NetpolicyBermNetEntry
-}
-
-type NetpolicyBermNetSocks struct {
-	_   structs.HostLayout
-	N   uint32
-	Pad uint32
-	R   [16]NetpolicyBermSockRule
-}
-
-type NetpolicyBermSockRule struct {
-	_      structs.HostLayout
-	Family uint16
-	Type   uint16
-}
 
 // Names of all BPF objects in the ELF.
 //
@@ -83,12 +32,6 @@ const (
 	NetpolicyProgBermSockCreate = "berm_sock_create"
 	NetpolicyVarFailClosed      = "fail_closed"
 	NetpolicyVarRingShare       = "ring_share"
-	NetpolicyVarUnusedNetEntry  = "unused_net_entry"
-	NetpolicyVarUnusedNetGen    = "unused_net_gen"
-	NetpolicyVarUnusedNetKey    = "unused_net_key"
-	NetpolicyVarUnusedNetPrefix = "unused_net_prefix"
-	NetpolicyVarUnusedNetSocks  = "unused_net_socks"
-	NetpolicyVarUnusedSockRule  = "unused_sock_rule"
 	NetpolicyVarWakeupBytes     = "wakeup_bytes"
 )
 
@@ -160,15 +103,9 @@ type NetpolicyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyVariableSpecs struct {
-	FailClosed      *ebpf.VariableSpec `ebpf:"fail_closed"`
-	RingShare       *ebpf.VariableSpec `ebpf:"ring_share"`
-	UnusedNetEntry  *ebpf.VariableSpec `ebpf:"unused_net_entry"`
-	UnusedNetGen    *ebpf.VariableSpec `ebpf:"unused_net_gen"`
-	UnusedNetKey    *ebpf.VariableSpec `ebpf:"unused_net_key"`
-	UnusedNetPrefix *ebpf.VariableSpec `ebpf:"unused_net_prefix"`
-	UnusedNetSocks  *ebpf.VariableSpec `ebpf:"unused_net_socks"`
-	UnusedSockRule  *ebpf.VariableSpec `ebpf:"unused_sock_rule"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FailClosed  *ebpf.VariableSpec `ebpf:"fail_closed"`
+	RingShare   *ebpf.VariableSpec `ebpf:"ring_share"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // NetpolicyObjects contains all objects after they have been loaded into the kernel.
@@ -220,15 +157,9 @@ func (m *NetpolicyMaps) Close() error {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyVariables struct {
-	FailClosed      *ebpf.Variable `ebpf:"fail_closed"`
-	RingShare       *ebpf.Variable `ebpf:"ring_share"`
-	UnusedNetEntry  *ebpf.Variable `ebpf:"unused_net_entry"`
-	UnusedNetGen    *ebpf.Variable `ebpf:"unused_net_gen"`
-	UnusedNetKey    *ebpf.Variable `ebpf:"unused_net_key"`
-	UnusedNetPrefix *ebpf.Variable `ebpf:"unused_net_prefix"`
-	UnusedNetSocks  *ebpf.Variable `ebpf:"unused_net_socks"`
-	UnusedSockRule  *ebpf.Variable `ebpf:"unused_sock_rule"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FailClosed  *ebpf.Variable `ebpf:"fail_closed"`
+	RingShare   *ebpf.Variable `ebpf:"ring_share"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // NetpolicyPrograms contains all programs after they have been loaded into the kernel.

@@ -12,23 +12,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "lib/maps.h"
+#include "lib/record.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* Keep the contract types in this object's BTF so bpf2go can generate their Go mirrors. */
-const struct berm_exec *unused_exec __attribute__((unused));
-const struct berm_fork *unused_fork __attribute__((unused));
-const struct berm_exit *unused_exit __attribute__((unused));
-const struct berm_open *unused_open __attribute__((unused));
-const struct berm_connect *unused_connect __attribute__((unused));
-const struct berm_syscall *unused_syscall __attribute__((unused));
-const struct berm_syscall_path *unused_syscall_path __attribute__((unused));
-const struct berm_syscounts *unused_syscounts __attribute__((unused));
-const struct berm_deny *unused_deny __attribute__((unused));
-const enum berm_layer *unused_layer __attribute__((unused));
-const struct berm_call_cfg *unused_cfg __attribute__((unused));
-const enum berm_op *unused_op __attribute__((unused));
 
 /*
  * sched_process_exec fires once the new image is committed, with bprm still alive: the only
@@ -43,13 +29,18 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	if (!cfg)
 		return 0;
 
-	struct berm_exec *e = berm_reserve(cfg, sizeof(*e));
-	if (!e)
+	struct berm_rec *r = berm_rec_get();
+	if (!r)
 		return 0;
-	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC, sizeof(*e), p);
+	struct berm_exec *e = (void *)r->b;
+	__u32 off = sizeof(*e);
 
-	if (bpf_probe_read_kernel_str(e->filename, sizeof(e->filename), BPF_CORE_READ(bprm, filename)) < 0)
-		e->filename[0] = 0;
+	/* filename: as passed to execve, already copied into the kernel (PATH_MAX at most) */
+	long n = bpf_probe_read_kernel_str(&r->b[off], BERM_PATH_MAX, BPF_CORE_READ(bprm, filename));
+	__u32 flen = n > 0 ? (n - 1) & (BERM_PATH_MAX - 1) : 0;
+	e->filename.len = flen;
+	e->filename.full = flen;
+	off += flen;
 
 	struct file *file = BPF_CORE_READ(bprm, file);
 	e->exe_mode = BPF_CORE_READ(file, f_inode, i_mode);
@@ -60,18 +51,21 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 				      BPF_CORE_READ(file, f_path.dentry, d_name.name)) < 0)
 		e->exe_name[0] = 0;
 
+	/* argv of the new image, not yet running: nothing can have rewritten it */
 	unsigned long start = BPF_CORE_READ(p, mm, arg_start);
 	unsigned long end = BPF_CORE_READ(p, mm, arg_end);
-	__u64 len = end - start;
-	e->argc_truncated = 0;
-	if (len > BERM_ARGS_LEN) {
-		len = BERM_ARGS_LEN;
-		e->argc_truncated = 1;
-	}
-	if (bpf_probe_read_user(e->args, len, (void *)start) < 0)
+	__u64 full = end - start;
+	__u32 len = full > BERM_ARGS_MAX - 1 ? BERM_ARGS_MAX - 1 : full;
+	len &= BERM_ARGS_MAX - 1;
+	if (bpf_probe_read_user(&r->b[off & (2 * BERM_PATH_MAX - 1)], len, (void *)start) < 0)
 		len = 0;
-	e->args_len = len;
-	berm_submit(e, sizeof(*e));
+	e->args.len = len;
+	e->args.full = full;
+	off += len;
+
+	off &= BERM_REC_SIZE - 1;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC, off, p);
+	berm_output(cfg, r, off);
 	return 0;
 }
 

@@ -8,166 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type ProcessBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type ProcessBermConnect struct {
-	_        structs.HostLayout
-	Hdr      ProcessBermHdr
-	Ret      int64
-	Family   uint16
-	Port     uint16
-	Addrlen  uint32
-	Addr     [16]uint8
-	UnixPath [108]int8
-	_        [4]byte
-}
-
-type ProcessBermDeny struct {
-	_      structs.HostLayout
-	Hdr    ProcessBermHdr
-	Layer  uint32
-	Rule   uint32
-	Audit  uint32
-	Nr     uint32
-	Family uint16
-	Port   uint16
-	Proto  uint32
-	Addr   [16]uint8
-	Path   [256]int8
-}
-
-type ProcessBermExec struct {
-	_             structs.HostLayout
-	Hdr           ProcessBermHdr
-	ArgsLen       uint32
-	ArgcTruncated uint32
-	ExeMode       uint32
-	ExeNlink      uint32
-	Euid          uint32
-	Pad           uint32
-	ExeName       [64]int8
-	Filename      [256]int8
-	Args          [512]int8
-}
-
-type ProcessBermExit struct {
-	_               structs.HostLayout
-	Hdr             ProcessBermHdr
-	Code            int32
-	ThreadGroupDead uint32
-}
-
-type ProcessBermFork struct {
-	_        structs.HostLayout
-	Hdr      ProcessBermHdr
-	ChildPid uint32
-	ChildTid uint32
-}
-
-type ProcessBermHdr struct {
-	_        structs.HostLayout
-	TsNs     uint64
-	CgroupId uint64
-	Slot     uint32
-	Op       uint16
-	Size     uint16
-	Pid      uint32
-	Tid      uint32
-	Ppid     uint32
-	Uid      uint32
-	Comm     [16]int8
-}
-
-type ProcessBermLayer uint32
-
-const (
-	ProcessBermLayerBERM_LAYER_SECCOMP     ProcessBermLayer = 1
-	ProcessBermLayerBERM_LAYER_LANDLOCK    ProcessBermLayer = 2
-	ProcessBermLayerBERM_LAYER_CGROUP_SOCK ProcessBermLayer = 3
-	ProcessBermLayerBERM_LAYER_LSM         ProcessBermLayer = 4
-)
-
-type ProcessBermOp uint32
-
-const (
-	ProcessBermOpBERM_OP_EXEC         ProcessBermOp = 1
-	ProcessBermOpBERM_OP_FORK         ProcessBermOp = 2
-	ProcessBermOpBERM_OP_EXIT         ProcessBermOp = 3
-	ProcessBermOpBERM_OP_OPEN         ProcessBermOp = 4
-	ProcessBermOpBERM_OP_CONNECT      ProcessBermOp = 5
-	ProcessBermOpBERM_OP_SYSCALL      ProcessBermOp = 6
-	ProcessBermOpBERM_OP_DENY         ProcessBermOp = 7
-	ProcessBermOpBERM_OP_SYSCALL_PATH ProcessBermOp = 8
-)
-
-type ProcessBermOpen struct {
-	_     structs.HostLayout
-	Hdr   ProcessBermHdr
-	Ret   int64
-	Dirfd int32
-	Flags uint32
-	Mode  uint32
-	Nr    uint32
-	Path  [256]int8
-}
-
-type ProcessBermSyscall struct {
-	_    structs.HostLayout
-	Hdr  ProcessBermHdr
-	Ret  int64
-	Args [6]uint64
-	Nr   uint32
-	Pad  uint32
-}
-
-type ProcessBermSyscallPath struct {
-	_     structs.HostLayout
-	Sc    ProcessBermSyscall
-	Path  [256]int8
-	Path2 [256]int8
-}
-
-type ProcessBermSyscounts struct {
-	_ structs.HostLayout
-	N [512]uint64
-}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProcessMapBermCalls         = "berm_calls"
-	ProcessMapBermDrops         = "berm_drops"
-	ProcessMapBermEvents        = "berm_events"
-	ProcessMapBermRingIn        = "berm_ring_in"
-	ProcessMapBermRingOut       = "berm_ring_out"
-	ProcessProgBermSchedExec    = "berm_sched_exec"
-	ProcessProgBermSchedExit    = "berm_sched_exit"
-	ProcessProgBermSchedFork    = "berm_sched_fork"
-	ProcessVarRingShare         = "ring_share"
-	ProcessVarUnusedCfg         = "unused_cfg"
-	ProcessVarUnusedConnect     = "unused_connect"
-	ProcessVarUnusedDeny        = "unused_deny"
-	ProcessVarUnusedExec        = "unused_exec"
-	ProcessVarUnusedExit        = "unused_exit"
-	ProcessVarUnusedFork        = "unused_fork"
-	ProcessVarUnusedLayer       = "unused_layer"
-	ProcessVarUnusedOp          = "unused_op"
-	ProcessVarUnusedOpen        = "unused_open"
-	ProcessVarUnusedSyscall     = "unused_syscall"
-	ProcessVarUnusedSyscallPath = "unused_syscall_path"
-	ProcessVarUnusedSyscounts   = "unused_syscounts"
-	ProcessVarWakeupBytes       = "wakeup_bytes"
+	ProcessMapBermCalls       = "berm_calls"
+	ProcessMapBermDrops       = "berm_drops"
+	ProcessMapBermEvents      = "berm_events"
+	ProcessMapBermRecScratch  = "berm_rec_scratch"
+	ProcessMapBermRingIn      = "berm_ring_in"
+	ProcessMapBermRingOut     = "berm_ring_out"
+	ProcessMapBermWalkScratch = "berm_walk_scratch"
+	ProcessProgBermSchedExec  = "berm_sched_exec"
+	ProcessProgBermSchedExit  = "berm_sched_exit"
+	ProcessProgBermSchedFork  = "berm_sched_fork"
+	ProcessVarRingShare       = "ring_share"
+	ProcessVarWakeupBytes     = "wakeup_bytes"
 )
 
 // LoadProcess returns the embedded CollectionSpec for Process.
@@ -221,31 +81,21 @@ type ProcessProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessMapSpecs struct {
-	BermCalls   *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops   *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents  *ebpf.MapSpec `ebpf:"berm_events"`
-	BermRingIn  *ebpf.MapSpec `ebpf:"berm_ring_in"`
-	BermRingOut *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
+	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
 }
 
 // ProcessVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessVariableSpecs struct {
-	RingShare         *ebpf.VariableSpec `ebpf:"ring_share"`
-	UnusedCfg         *ebpf.VariableSpec `ebpf:"unused_cfg"`
-	UnusedConnect     *ebpf.VariableSpec `ebpf:"unused_connect"`
-	UnusedDeny        *ebpf.VariableSpec `ebpf:"unused_deny"`
-	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
-	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
-	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
-	UnusedLayer       *ebpf.VariableSpec `ebpf:"unused_layer"`
-	UnusedOp          *ebpf.VariableSpec `ebpf:"unused_op"`
-	UnusedOpen        *ebpf.VariableSpec `ebpf:"unused_open"`
-	UnusedSyscall     *ebpf.VariableSpec `ebpf:"unused_syscall"`
-	UnusedSyscallPath *ebpf.VariableSpec `ebpf:"unused_syscall_path"`
-	UnusedSyscounts   *ebpf.VariableSpec `ebpf:"unused_syscounts"`
-	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	RingShare   *ebpf.VariableSpec `ebpf:"ring_share"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // ProcessObjects contains all objects after they have been loaded into the kernel.
@@ -268,11 +118,13 @@ func (o *ProcessObjects) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessMaps struct {
-	BermCalls   *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops   *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents  *ebpf.Map `ebpf:"berm_events"`
-	BermRingIn  *ebpf.Map `ebpf:"berm_ring_in"`
-	BermRingOut *ebpf.Map `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
+	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
+	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
 }
 
 func (m *ProcessMaps) Close() error {
@@ -280,8 +132,10 @@ func (m *ProcessMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermRecScratch,
 		m.BermRingIn,
 		m.BermRingOut,
+		m.BermWalkScratch,
 	)
 }
 
@@ -289,20 +143,8 @@ func (m *ProcessMaps) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessVariables struct {
-	RingShare         *ebpf.Variable `ebpf:"ring_share"`
-	UnusedCfg         *ebpf.Variable `ebpf:"unused_cfg"`
-	UnusedConnect     *ebpf.Variable `ebpf:"unused_connect"`
-	UnusedDeny        *ebpf.Variable `ebpf:"unused_deny"`
-	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
-	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
-	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`
-	UnusedLayer       *ebpf.Variable `ebpf:"unused_layer"`
-	UnusedOp          *ebpf.Variable `ebpf:"unused_op"`
-	UnusedOpen        *ebpf.Variable `ebpf:"unused_open"`
-	UnusedSyscall     *ebpf.Variable `ebpf:"unused_syscall"`
-	UnusedSyscallPath *ebpf.Variable `ebpf:"unused_syscall_path"`
-	UnusedSyscounts   *ebpf.Variable `ebpf:"unused_syscounts"`
-	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
+	RingShare   *ebpf.Variable `ebpf:"ring_share"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // ProcessPrograms contains all programs after they have been loaded into the kernel.

@@ -4,7 +4,13 @@
 /* Copyright berm authors. */
 /*
  * Syscalls of sandboxed calls: per-call counters aggregated in the kernel, and individual
- * events for file opens, connects and a configurable set of syscall numbers.
+ * events for file opens, connects, destructive metadata changes and a configurable set of
+ * syscall numbers.
+ *
+ * What an event names is what the kernel acted on, not what user memory says afterwards:
+ * arguments in user memory (paths, socket addresses) are read at syscall entry, before the
+ * call can block while another thread rewrites them, and kept per task until the exit; the
+ * file an open yielded, and the file behind an fd, are named from the kernel's own objects.
  *
  * License: dual GPL-2.0-only / BSD-2-Clause ("Dual BSD/GPL" for the kernel's helper checks).
  */
@@ -13,7 +19,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
-#include "lib/maps.h"
+#include "lib/record.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -24,6 +30,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define NR_openat 257
 #define NR_openat2 437
 
+#define AT_FDCWD -100
 #define AF_UNIX 1
 #define AF_INET 2
 #define AF_INET6 10
@@ -37,93 +44,27 @@ struct {
 } berm_syscounts SEC(".maps");
 
 /*
- * Counting happens at entry: exit_group and a successful execve never return to the caller,
- * so an exit-side counter would miss them. The sandbox check is the first thing done, so a
- * process outside every sandbox pays one hash lookup.
+ * What a syscall's entry captured for its exit. A task is in one syscall at a time; task
+ * storage is allocated on a task's first captured syscall and freed with the task.
  */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
-{
-	struct berm_call_cfg *cfg = berm_call_of(bpf_get_current_cgroup_id());
-	if (!cfg)
-		return 0;
-	if (id < 0 || id >= BERM_MAX_SYSCALLS)
-		return 0;
-	__u32 slot = cfg->slot;
-	struct berm_syscounts *c = bpf_map_lookup_elem(&berm_syscounts, &slot);
-	if (c)
-		c->n[id & (BERM_MAX_SYSCALLS - 1)] += 1;
-	return 0;
-}
+struct pending {
+	__u32 nr;
+	__u32 source;
+	__u32 source2;
+	__u32 addrlen;
+	struct berm_str path;
+	struct berm_str path2;
+	__u8 addr[128];
+	char p1[BERM_PATH_MAX];
+	char p2[BERM_PATH_MAX];
+};
 
-static __always_inline void emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
-				      long nr, long ret)
-{
-	struct berm_open *e = berm_reserve(cfg, sizeof(*e));
-	if (!e)
-		return;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_OPEN, sizeof(*e), task);
-	e->ret = ret;
-	e->nr = nr;
-	const char *path;
-	if (nr == NR_open || nr == NR_creat) {
-		e->dirfd = -100; /* AT_FDCWD */
-		path = (const char *)regs->di;
-		e->flags = nr == NR_creat ? 0x241 /* O_CREAT|O_WRONLY|O_TRUNC */ : regs->si;
-		e->mode = nr == NR_creat ? regs->si : regs->dx;
-	} else if (nr == NR_openat) {
-		e->dirfd = regs->di;
-		path = (const char *)regs->si;
-		e->flags = regs->dx;
-		e->mode = regs->r10;
-	} else {
-		struct open_how how = {};
-		e->dirfd = regs->di;
-		path = (const char *)regs->si;
-		bpf_probe_read_user(&how, sizeof(how), (void *)regs->dx);
-		e->flags = how.flags;
-		e->mode = how.mode;
-	}
-	if (bpf_probe_read_user_str(e->path, sizeof(e->path), path) < 0)
-		e->path[0] = 0;
-	berm_submit(e, sizeof(*e));
-}
-
-static __always_inline void emit_connect(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
-					 long ret)
-{
-	struct berm_connect *e = berm_reserve(cfg, sizeof(*e));
-	if (!e)
-		return;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_CONNECT, sizeof(*e), task);
-	e->ret = ret;
-	e->addrlen = regs->dx;
-	e->port = 0;
-	e->unix_path[0] = 0;
-	__builtin_memset(e->addr, 0, sizeof(e->addr));
-
-	void *uaddr = (void *)regs->si;
-	__u16 family = 0;
-	bpf_probe_read_user(&family, sizeof(family), uaddr);
-	e->family = family;
-	if (family == AF_INET) {
-		struct sockaddr_in sin = {};
-		bpf_probe_read_user(&sin, sizeof(sin), uaddr);
-		e->port = bpf_ntohs(sin.sin_port);
-		__builtin_memcpy(e->addr, &sin.sin_addr, 4);
-	} else if (family == AF_INET6) {
-		struct sockaddr_in6 sin6 = {};
-		bpf_probe_read_user(&sin6, sizeof(sin6), uaddr);
-		e->port = bpf_ntohs(sin6.sin6_port);
-		__builtin_memcpy(e->addr, &sin6.sin6_addr, 16);
-	} else if (family == AF_UNIX) {
-		if (bpf_probe_read_user_str(e->unix_path, sizeof(e->unix_path), uaddr + 2) < 0)
-			e->unix_path[0] = 0;
-	}
-	berm_submit(e, sizeof(*e));
-}
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pending);
+} berm_pending SEC(".maps");
 
 /* Which argument of a traced syscall is a path (-1: none). x86-64 numbers. */
 static __always_inline int path_arg(long nr)
@@ -137,11 +78,12 @@ static __always_inline int path_arg(long nr)
 	case 84:  /* rmdir */
 	case 86:  /* link */
 	case 87:  /* unlink */
-	case 88:  /* symlink */
 	case 90:  /* chmod */
 	case 92:  /* chown */
 	case 94:  /* lchown */
+	case 132: /* utime */
 	case 133: /* mknod */
+	case 235: /* utimes */
 	case 155: /* pivot_root */
 	case 161: /* chroot */
 	case 166: /* umount2 */
@@ -151,15 +93,19 @@ static __always_inline int path_arg(long nr)
 	case 258: /* mkdirat */
 	case 259: /* mknodat */
 	case 260: /* fchownat */
+	case 261: /* futimesat (NULL: the fd itself, fd_arg) */
 	case 263: /* unlinkat */
 	case 264: /* renameat */
 	case 265: /* linkat */
 	case 268: /* fchmodat */
 	case 269: /* faccessat */
+	case 280: /* utimensat (NULL: the fd itself, fd_arg) */
 	case 316: /* renameat2 */
 	case 322: /* execveat */
 	case 439: /* faccessat2 */
 	case 452: /* fchmodat2 */
+		return 1;
+	case 88:  /* symlink: the link path, as for symlinkat */
 		return 1;
 	case 266: /* symlinkat: the link path */
 		return 2;
@@ -173,7 +119,6 @@ static __always_inline int path2_arg(long nr)
 	switch (nr) {
 	case 82:  /* rename */
 	case 86:  /* link */
-	case 88:  /* symlink */
 	case 155: /* pivot_root */
 		return 1;
 	case 264: /* renameat */
@@ -181,10 +126,303 @@ static __always_inline int path2_arg(long nr)
 	case 316: /* renameat2 */
 		return 3;
 	case 165: /* mount: the source */
+	case 88:  /* symlink: the target */
 	case 266: /* symlinkat: the target */
 		return 0;
 	}
 	return -1;
+}
+
+/* Syscalls that act on an fd's file: its path comes from the kernel (-1: none). */
+static __always_inline int fd_arg(long nr, __u64 path_ptr)
+{
+	switch (nr) {
+	case 77:  /* ftruncate */
+	case 91:  /* fchmod */
+	case 93:  /* fchown */
+	case 285: /* fallocate */
+		return 0;
+	case 261: /* futimesat(fd, NULL, ...) */
+	case 280: /* utimensat(fd, NULL, ...): futimens */
+		return path_ptr ? -1 : 0;
+	}
+	return -1;
+}
+
+/*
+ * The call's traced set; the agent adds the destructive metadata changes to every call's
+ * (tracer.AlwaysTraced), so that the check stays one load on the hot path.
+ */
+static __always_inline int traced(struct berm_call_cfg *cfg, long nr)
+{
+	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
+	return (cfg->sys_mask[word] & (1ULL << (nr % 64))) != 0;
+}
+
+static __always_inline __u64 arg_of(struct pt_regs *regs, int i)
+{
+	switch (i) {
+	case 0:
+		return regs->di;
+	case 1:
+		return regs->si;
+	case 2:
+		return regs->dx;
+	case 3:
+		return regs->r10;
+	case 4:
+		return regs->r8;
+	}
+	return regs->r9;
+}
+
+struct measure {
+	const char *p;
+	__u32 n;
+};
+
+/* Past the first BERM_PATH_MAX bytes, count the rest of a string (at most 64 KiB). */
+static long measure_step(__u64 i, void *ctx)
+{
+	struct measure *m = ctx;
+	__u32 zero = 0;
+	struct berm_walkbuf *b = bpf_map_lookup_elem(&berm_walk_scratch, &zero);
+	if (!b)
+		return 1;
+	long r = bpf_probe_read_user_str(b->b, BERM_PATH_MAX, m->p + m->n);
+	if (r <= 0)
+		return 1;
+	m->n += r - 1;
+	return r < BERM_PATH_MAX;
+}
+
+/* Read a string argument into dst (BERM_PATH_MAX bytes), its lengths into *s. */
+static __always_inline void read_user_str(char *dst, const char *src, struct berm_str *s)
+{
+	s->len = 0;
+	s->full = 0;
+	if (!src)
+		return;
+	long r = bpf_probe_read_user_str(dst, BERM_PATH_MAX, src);
+	if (r <= 0)
+		return;
+	s->len = (r - 1) & (BERM_PATH_MAX - 1);
+	s->full = s->len;
+	if (r == BERM_PATH_MAX) { /* filled: there may be more */
+		struct measure m = {.p = src, .n = BERM_PATH_MAX - 1};
+		bpf_loop(16, measure_step, &m, 0);
+		s->full = m.n;
+	}
+}
+
+static __always_inline struct pending *pending_of(struct task_struct *task, __u64 flags)
+{
+	return bpf_task_storage_get(&berm_pending, task, 0, flags);
+}
+
+/*
+ * Capture the user-memory arguments of a syscall that will be reported, and name the file of
+ * an fd-based one, before the call runs.
+ */
+static __noinline int capture(struct pt_regs *regs, long nr)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pending *p = pending_of(task, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!p)
+		return 0;
+	p->nr = nr;
+	p->source = BERM_SRC_NONE;
+	p->source2 = BERM_SRC_NONE;
+	p->path.len = 0;
+	p->path2.len = 0;
+	if (nr == NR_connect) {
+		__u32 len = regs->dx;
+		if (len > sizeof(p->addr))
+			len = sizeof(p->addr);
+		p->addrlen = regs->dx;
+		__builtin_memset(p->addr, 0, sizeof(p->addr));
+		if (bpf_probe_read_user(p->addr, len & (sizeof(p->addr) - 1), (void *)regs->si) == 0)
+			p->source = BERM_SRC_USER;
+		return 0;
+	}
+	const char *a;
+	if (nr == NR_open || nr == NR_creat)
+		a = (const char *)regs->di;
+	else if (nr == NR_openat || nr == NR_openat2)
+		a = (const char *)regs->si;
+	else {
+		int i = path_arg(nr), j = path2_arg(nr);
+		int f = fd_arg(nr, regs->si);
+		if (f == 0) {
+			p->path.len = berm_fd_path(p->p1, task, regs->di, &p->path.full);
+			p->source = BERM_SRC_KERNEL;
+		} else if (i >= 0) {
+			read_user_str(p->p1, (const char *)arg_of(regs, i), &p->path);
+			p->source = BERM_SRC_USER;
+		}
+		if (j >= 0) {
+			read_user_str(p->p2, (const char *)arg_of(regs, j), &p->path2);
+			p->source2 = BERM_SRC_USER;
+		}
+		return 0;
+	}
+	read_user_str(p->p1, a, &p->path);
+	p->source = BERM_SRC_USER;
+	return 0;
+}
+
+/*
+ * Counting happens at entry: exit_group and a successful execve never return to the caller,
+ * so an exit-side counter would miss them. The sandbox check is the first thing done, so a
+ * process outside every sandbox pays one hash lookup; a syscall of a call that is counted but
+ * not reported pays no more than the counter.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
+{
+	struct berm_call_cfg *cfg = berm_call_of(bpf_get_current_cgroup_id());
+	if (!cfg)
+		return 0;
+	if (id < 0 || id >= BERM_MAX_SYSCALLS)
+		return 0;
+	__u32 slot = cfg->slot;
+	struct berm_syscounts *c = bpf_map_lookup_elem(&berm_syscounts, &slot);
+	if (c)
+		c->n[id & (BERM_MAX_SYSCALLS - 1)] += 1;
+	switch (id) {
+	case NR_open:
+	case NR_creat:
+	case NR_openat:
+	case NR_openat2:
+	case NR_connect:
+		return capture(regs, id);
+	}
+	if (traced(cfg, id) && (path_arg(id) >= 0 || fd_arg(id, regs->si) >= 0))
+		return capture(regs, id);
+	return 0;
+}
+
+/* Copy a captured string into a record's tail at off; returns the new offset. */
+static __always_inline __u32 put_str(struct berm_rec *r, __u32 off, const char *src, __u32 len)
+{
+	len &= BERM_PATH_MAX - 1;
+	if (len)
+		bpf_probe_read_kernel(&r->b[off & (2 * BERM_PATH_MAX - 1)], len, src);
+	return off + len;
+}
+
+static __noinline int emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs, long nr, long ret)
+{
+	struct berm_rec *r = berm_rec_get();
+	if (!r)
+		return 0;
+	struct berm_open *e = (void *)r->b;
+	struct task_struct *task = bpf_get_current_task_btf();
+	e->ret = ret;
+	e->nr = nr;
+	e->pad = 0;
+	if (nr == NR_open || nr == NR_creat) {
+		e->dirfd = AT_FDCWD;
+		e->flags = nr == NR_creat ? 0x241 /* O_CREAT|O_WRONLY|O_TRUNC */ : regs->si;
+		e->mode = nr == NR_creat ? regs->si : regs->dx;
+	} else if (nr == NR_openat) {
+		e->dirfd = regs->di;
+		e->flags = regs->dx;
+		e->mode = regs->r10;
+	} else {
+		struct open_how how = {};
+		e->dirfd = regs->di;
+		bpf_probe_read_user(&how, sizeof(how), (void *)regs->dx);
+		e->flags = how.flags;
+		e->mode = how.mode;
+	}
+	__u32 off = sizeof(*e);
+	char *tail = (char *)r->b + sizeof(*e);
+	e->base.len = 0;
+	e->base.full = 0;
+	e->path.len = 0;
+	e->path.full = 0;
+	e->source = BERM_SRC_NONE;
+	if (ret >= 0) {
+		__u32 full;
+		__u32 len = berm_fd_path(tail, task, ret, &full);
+		if (len) {
+			e->path.len = len;
+			e->path.full = full;
+			e->source = BERM_SRC_KERNEL;
+			off += len;
+		}
+	}
+	if (e->source == BERM_SRC_NONE) {
+		struct pending *p = pending_of(task, 0);
+		if (p && p->nr == nr && p->source == BERM_SRC_USER) {
+			e->path = p->path;
+			e->source = BERM_SRC_USER;
+			off = put_str(r, off, p->p1, p->path.len);
+			/* relative: the directory the kernel resolved it against */
+			if (p->path.len && p->p1[0] != '/') {
+				struct vfsmount *mnt;
+				struct dentry *d;
+				if (e->dirfd == AT_FDCWD) {
+					mnt = BPF_CORE_READ(task, fs, pwd.mnt);
+					d = BPF_CORE_READ(task, fs, pwd.dentry);
+				} else {
+					struct file *f = berm_fd_file(task, e->dirfd);
+					mnt = BPF_CORE_READ(f, f_path.mnt);
+					d = BPF_CORE_READ(f, f_path.dentry);
+				}
+				__u32 full;
+				__u32 len = berm_walk_path((char *)&r->b[off & (2 * BERM_PATH_MAX - 1)], mnt, d, task, &full);
+				e->base.len = len;
+				e->base.full = full;
+				off += len;
+			}
+		}
+	}
+	off &= BERM_REC_SIZE - 1;
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_OPEN, off, task);
+	berm_output(cfg, r, off);
+	return 0;
+}
+
+static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long ret)
+{
+	struct berm_rec *r = berm_rec_get();
+	if (!r)
+		return 0;
+	struct berm_connect *e = (void *)r->b;
+	struct task_struct *task = bpf_get_current_task_btf();
+	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_CONNECT, sizeof(*e), task);
+	e->ret = ret;
+	e->port = 0;
+	e->family = 0;
+	e->addrlen = 0;
+	e->unix_path[0] = 0;
+	e->source = BERM_SRC_NONE;
+	e->pad = 0;
+	__builtin_memset(e->addr, 0, sizeof(e->addr));
+	struct pending *p = pending_of(task, 0);
+	if (p && p->nr == NR_connect && p->source == BERM_SRC_USER) {
+		e->source = BERM_SRC_USER;
+		e->addrlen = p->addrlen;
+		__u16 family = *(__u16 *)p->addr;
+		e->family = family;
+		if (family == AF_INET) {
+			struct sockaddr_in *sin = (void *)p->addr;
+			e->port = bpf_ntohs(sin->sin_port);
+			__builtin_memcpy(e->addr, &sin->sin_addr, 4);
+		} else if (family == AF_INET6) {
+			struct sockaddr_in6 *sin6 = (void *)p->addr;
+			e->port = bpf_ntohs(sin6->sin6_port);
+			__builtin_memcpy(e->addr, &sin6->sin6_addr, 16);
+		} else if (family == AF_UNIX) {
+			/* sun_path may be unterminated: the copy is bounded by the field */
+			__builtin_memcpy(e->unix_path, &p->addr[2], sizeof(e->unix_path));
+			e->unix_path[sizeof(e->unix_path) - 1] = 0;
+		}
+	}
+	berm_output(cfg, r, sizeof(*e));
+	return 0;
 }
 
 static __always_inline void fill_syscall(struct berm_syscall *e, struct pt_regs *regs, long nr, long ret)
@@ -200,39 +438,51 @@ static __always_inline void fill_syscall(struct berm_syscall *e, struct pt_regs 
 	e->args[5] = regs->r9;
 }
 
-static __always_inline void emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs,
-					 long nr, long ret)
+static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs, long nr, long ret)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
-	int a = path_arg(nr), b = path2_arg(nr);
-	if (a < 0) {
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (path_arg(nr) < 0 && fd_arg(nr, regs->si) < 0) {
 		struct berm_syscall *e = berm_reserve(cfg, sizeof(*e));
 		if (!e)
-			return;
+			return 0;
 		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_SYSCALL, sizeof(*e), task);
 		fill_syscall(e, regs, nr, ret);
 		berm_submit(e, sizeof(*e));
-		return;
+		return 0;
 	}
-	struct berm_syscall_path *e = berm_reserve(cfg, sizeof(*e));
-	if (!e)
-		return;
-	berm_fill_hdr(&e->sc.hdr, cfg, cgid, BERM_OP_SYSCALL_PATH, sizeof(*e), task);
+	struct berm_rec *r = berm_rec_get();
+	if (!r)
+		return 0;
+	struct berm_syscall_path *e = (void *)r->b;
 	fill_syscall(&e->sc, regs, nr, ret);
-	e->path[0] = 0;
-	e->path2[0] = 0;
-	if (a < 6 && bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)e->sc.args[a]) < 0)
-		e->path[0] = 0;
-	if (b >= 0 && b < 6 && bpf_probe_read_user_str(e->path2, sizeof(e->path2), (void *)e->sc.args[b]) < 0)
-		e->path2[0] = 0;
-	berm_submit(e, sizeof(*e));
+	__u32 off = sizeof(*e);
+	e->source = BERM_SRC_NONE;
+	e->source2 = BERM_SRC_NONE;
+	e->path.len = 0;
+	e->path.full = 0;
+	e->path2.len = 0;
+	e->path2.full = 0;
+	struct pending *p = pending_of(task, 0);
+	if (p && p->nr == nr) {
+		e->source = p->source;
+		e->source2 = p->source2;
+		e->path = p->path;
+		e->path2 = p->path2;
+		off = put_str(r, off, p->p1, p->path.len);
+		off = put_str(r, off, p->p2, p->path2.len);
+		e->path.len &= BERM_PATH_MAX - 1;
+		e->path2.len &= BERM_PATH_MAX - 1;
+	}
+	off &= BERM_REC_SIZE - 1;
+	berm_fill_hdr(&e->sc.hdr, cfg, cgid, BERM_OP_SYSCALL_PATH, off, task);
+	berm_output(cfg, r, off);
+	return 0;
 }
 
 /*
  * Events are emitted at exit so they carry the result: an open or connect that failed (and
  * later, one that a policy layer denied) is as much part of the trail as one that worked.
- * The user-space argument pointers are still valid here; the saved registers still hold the
- * arguments (only ax is overwritten by the return value).
+ * Their user-memory arguments were captured at entry (capture).
  */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
@@ -248,11 +498,9 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 	case NR_creat:
 	case NR_openat:
 	case NR_openat2:
-		emit_open(cfg, cgid, regs, nr, ret);
-		return 0;
+		return emit_open(cfg, cgid, regs, nr, ret);
 	case NR_connect:
-		emit_connect(cfg, cgid, regs, ret);
-		return 0;
+		return emit_connect(cfg, cgid, ret);
 	}
 	if (nr < 0 || nr >= BERM_MAX_SYSCALLS)
 		return 0;
@@ -261,8 +509,7 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 	 * every process makes dozens that succeed. */
 	if ((nr == 59 || nr == 322 || nr == 9 || nr == 10) && ret >= 0)
 		return 0;
-	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
-	if (cfg->sys_mask[word] & (1ULL << (nr % 64)))
+	if (traced(cfg, nr))
 		emit_syscall(cfg, cgid, regs, nr, ret);
 	return 0;
 }

@@ -8,37 +8,27 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type SyscallsBermCallCfg struct {
-	_       structs.HostLayout
-	Slot    uint32
-	Flags   uint32
-	SysMask [8]uint64
-}
-
-type SyscallsBermSyscounts struct {
-	_ structs.HostLayout
-	N [512]uint64
-}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SyscallsMapBermCalls     = "berm_calls"
-	SyscallsMapBermDrops     = "berm_drops"
-	SyscallsMapBermEvents    = "berm_events"
-	SyscallsMapBermRingIn    = "berm_ring_in"
-	SyscallsMapBermRingOut   = "berm_ring_out"
-	SyscallsMapBermSyscounts = "berm_syscounts"
-	SyscallsProgBermSysEnter = "berm_sys_enter"
-	SyscallsProgBermSysExit  = "berm_sys_exit"
-	SyscallsVarRingShare     = "ring_share"
-	SyscallsVarWakeupBytes   = "wakeup_bytes"
+	SyscallsMapBermCalls       = "berm_calls"
+	SyscallsMapBermDrops       = "berm_drops"
+	SyscallsMapBermEvents      = "berm_events"
+	SyscallsMapBermPending     = "berm_pending"
+	SyscallsMapBermRecScratch  = "berm_rec_scratch"
+	SyscallsMapBermRingIn      = "berm_ring_in"
+	SyscallsMapBermRingOut     = "berm_ring_out"
+	SyscallsMapBermSyscounts   = "berm_syscounts"
+	SyscallsMapBermWalkScratch = "berm_walk_scratch"
+	SyscallsProgBermSysEnter   = "berm_sys_enter"
+	SyscallsProgBermSysExit    = "berm_sys_exit"
+	SyscallsVarRingShare       = "ring_share"
+	SyscallsVarWakeupBytes     = "wakeup_bytes"
 )
 
 // LoadSyscalls returns the embedded CollectionSpec for Syscalls.
@@ -91,12 +81,15 @@ type SyscallsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SyscallsMapSpecs struct {
-	BermCalls     *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
-	BermRingIn    *ebpf.MapSpec `ebpf:"berm_ring_in"`
-	BermRingOut   *ebpf.MapSpec `ebpf:"berm_ring_out"`
-	BermSyscounts *ebpf.MapSpec `ebpf:"berm_syscounts"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermPending     *ebpf.MapSpec `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
+	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermSyscounts   *ebpf.MapSpec `ebpf:"berm_syscounts"`
+	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
 }
 
 // SyscallsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -127,12 +120,15 @@ func (o *SyscallsObjects) Close() error {
 //
 // It can be passed to LoadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SyscallsMaps struct {
-	BermCalls     *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents    *ebpf.Map `ebpf:"berm_events"`
-	BermRingIn    *ebpf.Map `ebpf:"berm_ring_in"`
-	BermRingOut   *ebpf.Map `ebpf:"berm_ring_out"`
-	BermSyscounts *ebpf.Map `ebpf:"berm_syscounts"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermPending     *ebpf.Map `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
+	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
+	BermSyscounts   *ebpf.Map `ebpf:"berm_syscounts"`
+	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
 }
 
 func (m *SyscallsMaps) Close() error {
@@ -140,9 +136,12 @@ func (m *SyscallsMaps) Close() error {
 		m.BermCalls,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermPending,
+		m.BermRecScratch,
 		m.BermRingIn,
 		m.BermRingOut,
 		m.BermSyscounts,
+		m.BermWalkScratch,
 	)
 }
 

@@ -137,10 +137,6 @@ func (sc *scanner) exec(x *event.Exec) {
 	if sc.has(`,"truncated":`) {
 		x.Truncated = sc.isTrue()
 	}
-	if sc.has(`,"args_len":`) {
-		x.ArgsLen = sc.uint32()
-		sc.check(x.ArgsLen != 0)
-	}
 	sc.need(`,"mode":`)
 	x.Mode = sc.uint32()
 	if sc.has(`,"setuid":`) {
@@ -154,6 +150,10 @@ func (sc *scanner) exec(x *event.Exec) {
 	}
 	sc.need(`,"euid":`)
 	x.EUID = sc.uint32()
+	if sc.has(`,"args_len":`) {
+		x.ArgsLen = sc.uint32()
+		sc.check(x.ArgsLen != 0)
+	}
 	sc.expect('}')
 }
 
@@ -223,6 +223,9 @@ func (sc *scanner) connect(x *event.Connect) {
 	if sc.has(`,"errno":`) {
 		x.Errno = sc.nonEmpty()
 	}
+	if sc.has(`,"addr_source":`) {
+		x.AddrSource = sc.nonEmpty()
+	}
 	sc.expect('}')
 }
 
@@ -251,6 +254,23 @@ func (sc *scanner) syscall(x *event.Syscall) {
 	x.Result = sc.int64()
 	if sc.has(`,"errno":`) {
 		x.Errno = sc.nonEmpty()
+	}
+	if sc.has(`,"path_source":`) {
+		x.PathSource = sc.nonEmpty()
+	}
+	if sc.has(`,"path_truncated":`) {
+		x.PathTruncated = sc.isTrue()
+	}
+	if sc.has(`,"path_len":`) {
+		x.PathLen = sc.uint32()
+		sc.check(x.PathLen != 0)
+	}
+	if sc.has(`,"path2_truncated":`) {
+		x.Path2Truncated = sc.isTrue()
+	}
+	if sc.has(`,"path2_len":`) {
+		x.Path2Len = sc.uint32()
+		sc.check(x.Path2Len != 0)
 	}
 	sc.expect('}')
 }

@@ -111,12 +111,12 @@ type Exec struct {
 	Filename  string   `json:"filename" ch:"path"`  // as passed to execve
 	Argv      []string `json:"argv"`                // the arguments, as far as the kernel buffer holds them
 	Truncated bool     `json:"truncated,omitempty"` // argv was longer than the kernel buffer
-	ArgsLen   uint32   `json:"args_len,omitempty"`  // full length of argv in bytes when Truncated
 	Mode      uint32   `json:"mode"`                // file mode of the executable (S_ISUID = 0o4000)
 	Setuid    bool     `json:"setuid,omitempty"`    // the file has the setuid or setgid bit
 	Deleted   bool     `json:"deleted,omitempty"`   // the file had no links (deleted, or a memfd)
 	ExeName   string   `json:"exe_name,omitempty"`  // dentry name; "memfd:..." for a memfd
 	EUID      uint32   `json:"euid"`                // effective uid after the exec
+	ArgsLen   uint32   `json:"args_len,omitempty"`  // argv's whole length in bytes (NUL-separated), recorded or not
 }
 
 // Fork is a new process of the call.
@@ -132,7 +132,10 @@ type Exit struct {
 
 // Open is an open, openat or openat2.
 type Open struct {
-	Path   string `json:"path" ch:"path"`                // as the process gave it
+	// Path is what the kernel acted on: for an open that yielded an fd, the kernel's path of
+	// the file behind it (PathSource "kernel"); otherwise the argument as read at syscall
+	// entry (PathSource "user"), before the call could block and its memory be rewritten.
+	Path   string `json:"path" ch:"path"`
 	Dirfd  int32  `json:"dirfd"`                         // the directory fd a relative Path is resolved against (-100: the cwd)
 	Flags  uint32 `json:"flags"`                         // open flags (O_RDONLY, O_CREAT, ...)
 	Mode   uint32 `json:"mode,omitempty"`                // permission bits of a created file
@@ -144,8 +147,8 @@ type Open struct {
 	// PathSource says where Path comes from: "kernel" (resolved from the opened file by the
 	// kernel) or "user" (read from the caller's memory, which the caller can rewrite).
 	PathSource string `json:"path_source,omitempty"`
-	// ResolvedPath is the absolute path of the opened file, resolved against the caller's cwd
-	// or dirfd.
+	// ResolvedPath is a relative user Path joined to the kernel's path of the directory it
+	// was resolved against (dirfd's, or the cwd).
 	ResolvedPath string `json:"resolved_path,omitempty"`
 }
 
@@ -156,6 +159,10 @@ type Connect struct {
 	Port   uint16 `json:"port,omitempty" ch:"port"`      // the port, for inet and inet6
 	Result int64  `json:"result" ch:"result"`            // 0, or -errno
 	Errno  string `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
+	// AddrSource is "user" when the address was read from the caller's memory at syscall
+	// entry (before the call could block and its memory be rewritten); empty when it could
+	// not be captured.
+	AddrSource string `json:"addr_source,omitempty"`
 }
 
 // Syscall is a traced syscall other than the ones with a part of their own.
@@ -167,6 +174,13 @@ type Syscall struct {
 	Path2  string    `json:"path2,omitempty"`               // second path: rename/link destination, mount source
 	Result int64     `json:"result" ch:"result"`            // the return value, or -errno
 	Errno  string    `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
+	// PathSource is "kernel" for the file behind an fd (ftruncate, fallocate, fchmod, ...),
+	// "user" for a path argument read at syscall entry.
+	PathSource     string `json:"path_source,omitempty"`
+	PathTruncated  bool   `json:"path_truncated,omitempty"`  // Path is cut; PathLen is its whole length
+	PathLen        uint32 `json:"path_len,omitempty"`        // whole length of Path; 0 when not known
+	Path2Truncated bool   `json:"path2_truncated,omitempty"` // Path2 is cut; Path2Len is its whole length
+	Path2Len       uint32 `json:"path2_len,omitempty"`       // whole length of Path2; 0 when not known
 }
 
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode

@@ -15,20 +15,12 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/tracer"
 	"github.com/bermsec/berm/bpf"
 )
 
 // ErrRefused says the kernel does not allow BPF LSM programs here.
 var ErrRefused = errors.New("kernel refused BPF LSM")
-
-// Shared are the tracer's maps every berm object uses (tracer.Shared): the registered calls,
-// the event ring and the per-call drop counters.
-type Shared struct {
-	Calls, Events, Drops *ebpf.Map
-	// WakeupBytes must be the tracer's (Config.WakeupBytes): all producers of the ring wake
-	// its reader by the same rule. 0 means the tracer's default.
-	WakeupBytes uint64
-}
 
 // LSM holds the loaded, attached programs and the installed policies.
 type LSM struct {
@@ -36,18 +28,12 @@ type LSM struct {
 	links []link.Link
 
 	mu   sync.Mutex
-	keys map[uint64][]bpf.LsmBermLsmKey // per call, to remove its rules
+	keys map[uint64][]bpf.WireBermLsmKey // per call, to remove its rules
 }
 
 // New loads and attaches the programs, or nothing: on any failure what was done is undone.
-func New(shared Shared) (_ *LSM, err error) {
-	if shared.Calls == nil || shared.Events == nil || shared.Drops == nil {
-		return nil, errors.New("lsm: shared maps missing")
-	}
-	if shared.WakeupBytes == 0 {
-		shared.WakeupBytes = 64 << 10
-	}
-	l := &LSM{keys: map[uint64][]bpf.LsmBermLsmKey{}}
+func New(shared tracer.Shared) (_ *LSM, err error) {
+	l := &LSM{keys: map[uint64][]bpf.WireBermLsmKey{}}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -58,20 +44,8 @@ func New(shared Shared) (_ *LSM, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load lsm spec: %w", err)
 	}
-	// The shared ring is sized by the tracer at load time: match it.
-	if ev := spec.Maps["berm_events"]; ev != nil {
-		ev.MaxEntries = shared.Events.MaxEntries()
-	}
-	if err := spec.Variables["wakeup_bytes"].Set(shared.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
-	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"berm_calls":  shared.Calls,
-		"berm_events": shared.Events,
-		"berm_drops":  shared.Drops,
-	}}
-	if err := spec.LoadAndAssign(&l.objs, opts); err != nil {
-		return nil, fmt.Errorf("load lsm objects: %w", refused(verifierDetail(err)))
+	if err := shared.Load(spec, &l.objs); err != nil {
+		return nil, fmt.Errorf("load lsm objects: %w", refused(err))
 	}
 	for _, p := range []struct {
 		hook string
@@ -109,14 +83,6 @@ func refused(err error) error {
 	return err
 }
 
-func verifierDetail(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%+v: %w", ve, err)
-	}
-	return err
-}
-
 // kernelDev is a device number as the kernel keeps it in super_block.s_dev (major << 20 |
 // minor), from stat's user-space encoding.
 func kernelDev(dev uint64) uint32 {
@@ -128,14 +94,14 @@ func kernelDev(dev uint64) uint32 {
 // before the call's first process runs: a registered call without rules is refused
 // everything. Rules naming the same inode (hard links, bind mounts) unite their rights.
 func (l *LSM) SetPolicy(cgroupID uint64, rules ...Rule) error {
-	vals := map[bpf.LsmBermLsmKey]bpf.LsmBermLsmRule{}
-	var keys []bpf.LsmBermLsmKey
+	vals := map[bpf.WireBermLsmKey]bpf.WireBermLsmRule{}
+	var keys []bpf.WireBermLsmKey
 	for _, r := range rules {
 		var st unix.Stat_t
 		if err := unix.Stat(r.Path, &st); err != nil {
 			return fmt.Errorf("lsm policy of cgroup %d: stat %s: %w", cgroupID, r.Path, err)
 		}
-		k := bpf.LsmBermLsmKey{CgroupId: cgroupID, Ino: st.Ino, Dev: kernelDev(st.Dev)}
+		k := bpf.WireBermLsmKey{CgroupId: cgroupID, Ino: st.Ino, Dev: kernelDev(st.Dev)}
 		v, seen := vals[k]
 		if !seen {
 			keys = append(keys, k)

@@ -29,8 +29,7 @@ func TestNewOnThisKernel(t *testing.T) {
 		t.Fatalf("tracer: %v", err)
 	}
 	defer tr.Close()
-	calls, events, drops := tr.Shared()
-	l, err := New(Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: tracer.DefaultConfig.WakeupBytes})
+	l, err := New(tr.Shared())
 	if err == nil {
 		defer func() {
 			if err := l.Close(); err != nil {

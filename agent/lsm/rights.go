@@ -13,10 +13,10 @@ import (
 type Rights uint32
 
 const (
-	Read   = Rights(bpf.LsmBermLsmRightBERM_LSM_READ)   // open for reading, list a directory
-	Write  = Rights(bpf.LsmBermLsmRightBERM_LSM_WRITE)  // open for writing, truncate, create entries
-	Exec   = Rights(bpf.LsmBermLsmRightBERM_LSM_EXEC)   // execute
-	Remove = Rights(bpf.LsmBermLsmRightBERM_LSM_REMOVE) // unlink, rmdir, rename away
+	Read   = Rights(bpf.WireBermLsmRightBERM_LSM_READ)   // open for reading, list a directory
+	Write  = Rights(bpf.WireBermLsmRightBERM_LSM_WRITE)  // open for writing, truncate, create entries
+	Exec   = Rights(bpf.WireBermLsmRightBERM_LSM_EXEC)   // execute
+	Remove = Rights(bpf.WireBermLsmRightBERM_LSM_REMOVE) // unlink, rmdir, rename away
 )
 
 func (r Rights) String() string {

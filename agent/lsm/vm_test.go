@@ -80,13 +80,12 @@ func runVM(t *testing.T, audit bool) {
 		t.Fatalf("tracer: %v", err)
 	}
 	defer tr.Close()
-	calls, events, drops := tr.Shared()
-	l, err := New(Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: tracer.DefaultConfig.WakeupBytes})
+	l, err := New(tr.Shared())
 	if err != nil {
 		t.Fatalf("lsm: %v", err)
 	}
 	defer l.Close()
-	rd, err := ringbuf.NewReader(events)
+	rd, err := ringbuf.NewReader(tr.Events())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func runVM(t *testing.T, audit bool) {
 	}
 	results := runChild(t, cgfd, ops)
 
-	denials := map[string][]bpf.ProcessBermDeny{}
+	denials := map[string][]bpf.WireBermLsmDeny{}
 	rd.SetDeadline(time.Now())
 	for {
 		rec, err := rd.Read()
@@ -144,16 +143,16 @@ func runVM(t *testing.T, audit bool) {
 			}
 			break
 		}
-		var h bpf.ProcessBermHdr
+		var h bpf.WireBermHdr
 		must(t, binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &h))
-		if h.CgroupId != cgid || h.Op != uint16(bpf.ProcessBermOpBERM_OP_DENY) {
+		if h.CgroupId != cgid || h.Op != uint16(bpf.WireBermOpBERM_OP_LSM_DENY) {
 			continue
 		}
-		var d bpf.ProcessBermDeny
+		var d bpf.WireBermLsmDeny
 		must(t, binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &d))
 		path := cstring(d.Path[:])
 		denials[path] = append(denials[path], d)
-		t.Logf("denial: layer %d rule %d audit %d pid %d comm %s path %s", d.Layer, d.Rule, d.Audit, d.Hdr.Pid,
+		t.Logf("denial: rule %d audit %d pid %d comm %s path %s", d.Rule, d.Audit, d.Hdr.Pid,
 			cstring(d.Hdr.Comm[:]), path)
 	}
 	if n, err := tr.TakeDrops(7); err != nil || n != 0 {
@@ -178,9 +177,6 @@ func runVM(t *testing.T, audit bool) {
 			continue
 		}
 		d := ds[0]
-		if d.Layer != uint32(bpf.ProcessBermLayerBERM_LAYER_LSM) {
-			t.Errorf("%s: denial from layer %d, want BERM_LAYER_LSM", o.Name, d.Layer)
-		}
 		if wantRule := nearestRule(rules, deciding(o)); d.Rule != wantRule {
 			t.Errorf("%s: denial names rule %d, want %d", o.Name, d.Rule, wantRule)
 		}

@@ -21,13 +21,13 @@ const GenBits = 64
 // trieEntries are a policy version's keys and values in the LPM trie, side by side as the
 // batch update takes them.
 type trieEntries struct {
-	keys []bpf.NetpolicyBermNetKey
-	vals []bpf.NetpolicyBermNetPrefix
+	keys []bpf.WireBermNetKey
+	vals []bpf.WireBermNetPrefix
 }
 
 // genKey is the key of addr/bits in version gen.
-func genKey(gen uint64, addr [16]byte, bits int) bpf.NetpolicyBermNetKey {
-	return bpf.NetpolicyBermNetKey{Prefixlen: uint32(GenBits + bits), Gen: [2]uint32{uint32(gen), uint32(gen >> 32)}, Addr: addr}
+func genKey(gen uint64, addr [16]byte, bits int) bpf.WireBermNetKey {
+	return bpf.WireBermNetKey{Prefixlen: uint32(GenBits + bits), Gen: [2]uint32{uint32(gen), uint32(gen >> 32)}, Addr: addr}
 }
 
 // encodeTrie turns the compiled policy into the trie entries of version gen. It refuses what
@@ -37,7 +37,7 @@ func encodeTrie(pol *policy.NetPolicy, gen uint64) (trieEntries, error) {
 	if len(pol.Prefixes) > MaxPrefixes {
 		return trieEntries{}, fmt.Errorf("network policy has %d prefixes, at most %d fit a call's trie", len(pol.Prefixes), MaxPrefixes)
 	}
-	out := trieEntries{keys: make([]bpf.NetpolicyBermNetKey, len(pol.Prefixes)), vals: make([]bpf.NetpolicyBermNetPrefix, len(pol.Prefixes))}
+	out := trieEntries{keys: make([]bpf.WireBermNetKey, len(pol.Prefixes)), vals: make([]bpf.WireBermNetPrefix, len(pol.Prefixes))}
 	seen := make(map[[17]byte]bool, len(pol.Prefixes))
 	for n, p := range pol.Prefixes {
 		if !p.Prefix.IsValid() || !p.Prefix.Addr().Is6() || p.Prefix.Addr().Zone() != "" {
@@ -58,7 +58,7 @@ func encodeTrie(pol *policy.NetPolicy, gen uint64) (trieEntries, error) {
 			if e.PortLo > e.PortHi {
 				return trieEntries{}, fmt.Errorf("prefix %s entry %d: ports %d-%d are reversed", p.Prefix, i, e.PortLo, e.PortHi)
 			}
-			ke := bpf.NetpolicyBermNetEntry{PortLo: e.PortLo, PortHi: e.PortHi, Proto: e.Proto, Rule: e.RuleID}
+			ke := bpf.WireBermNetEntry{PortLo: e.PortLo, PortHi: e.PortHi, Proto: e.Proto, Rule: e.RuleID}
 			if e.Allow {
 				ke.Allow = 1
 			}
@@ -70,13 +70,13 @@ func encodeTrie(pol *policy.NetPolicy, gen uint64) (trieEntries, error) {
 }
 
 // encodeSockets turns the socket rules into the socket part of a version's berm_net_gens record.
-func encodeSockets(pol *policy.NetPolicy) (bpf.NetpolicyBermNetSocks, error) {
-	var v bpf.NetpolicyBermNetSocks
+func encodeSockets(pol *policy.NetPolicy) (bpf.WireBermNetSocks, error) {
+	var v bpf.WireBermNetSocks
 	if len(pol.Sockets) > len(v.R) {
 		return v, fmt.Errorf("network policy has %d socket rules, at most %d fit", len(pol.Sockets), len(v.R))
 	}
 	for i, s := range pol.Sockets {
-		v.R[i] = bpf.NetpolicyBermSockRule{Family: s.Family, Type: s.Type}
+		v.R[i] = bpf.WireBermSockRule{Family: s.Family, Type: s.Type}
 	}
 	v.N = uint32(len(pol.Sockets))
 	return v, nil

@@ -225,8 +225,8 @@ func TestContract(t *testing.T) {
 		n, _ := strconv.Atoi(string(m[1]))
 		return n
 	}
-	var pv bpf.NetpolicyBermNetPrefix
-	var sv bpf.NetpolicyBermNetSocks
+	var pv bpf.WireBermNetPrefix
+	var sv bpf.WireBermNetSocks
 	for _, c := range []struct {
 		name string
 		got  int

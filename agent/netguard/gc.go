@@ -108,7 +108,7 @@ func (c *gc) run() {
 // version did or with the default deny, never with a shorter prefix's broader allow. Then its
 // record.
 func (g *Guard) remove(v version) error {
-	keys := slices.SortedStableFunc(slices.Values(v.keys), func(a, b bpf.NetpolicyBermNetKey) int {
+	keys := slices.SortedStableFunc(slices.Values(v.keys), func(a, b bpf.WireBermNetKey) int {
 		return cmp.Compare(a.Prefixlen, b.Prefixlen)
 	})
 	var errs []error

@@ -32,15 +32,6 @@ import (
 	"github.com/bermsec/berm/bpf"
 )
 
-// Shared are the maps of lib/maps.h, created by the tracer (tracer.Shared): the programs find
-// calls, write events and count drops in the same maps as every other berm object.
-type Shared struct {
-	Calls, Events, Drops *ebpf.Map
-	// WakeupBytes is the ring's wake-up threshold (tracer.Config.WakeupBytes); 0 keeps the
-	// object's default.
-	WakeupBytes uint64
-}
-
 // Guard is the loaded object; one per node.
 type Guard struct {
 	// FailOpen says why cgroups below berm's root that no call owns keep their network
@@ -62,48 +53,24 @@ type Guard struct {
 	rootLinks []link.Link // nil: programs are attached per call
 }
 
-// New loads the programs and the per-call maps, sharing the tracer's maps.
-func New(shared Shared) (g *Guard, err error) {
-	if shared.Calls == nil || shared.Events == nil || shared.Drops == nil {
-		return nil, errors.New("load netpolicy: the shared calls, events and drops maps are required")
-	}
+// New loads the programs and the per-call maps against the tracer's shared maps.
+func New(shared tracer.Shared) (g *Guard, err error) {
 	spec, err := bpf.LoadNetpolicy()
 	if err != nil {
 		return nil, fmt.Errorf("load netpolicy spec: %w", err)
 	}
-	// The shared ring is sized by the tracer at load time: match it.
-	if ev := spec.Maps["berm_events"]; ev != nil {
-		ev.MaxEntries = shared.Events.MaxEntries()
-	}
-	if shared.WakeupBytes != 0 {
-		if err := spec.Variables["wakeup_bytes"].Set(shared.WakeupBytes); err != nil {
-			return nil, fmt.Errorf("set wakeup_bytes: %w", err)
-		}
-	}
 	g = &Guard{calls: shared.Calls}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"berm_calls":  shared.Calls,
-		"berm_events": shared.Events,
-		"berm_drops":  shared.Drops,
-	}}
 	// Every agent of the node shares one map of the cgroups attached as calls, pinned in
 	// bpffs: then a cgroup below berm's root that no agent owns can be refused. Without bpffs
 	// each agent would see the others' calls as nobody's, so unowned cgroups are let through.
-	if pinDir, err := ownedPinDir(); err != nil {
+	pinDir, perr := ownedPinDir()
+	if perr != nil {
 		spec.Maps["berm_net_owned"].Pinning = ebpf.PinNone
-		g.FailOpen = err.Error()
-	} else {
-		opts.Maps.PinPath = pinDir
-		if err := spec.Variables["fail_closed"].Set(uint32(1)); err != nil {
-			return nil, fmt.Errorf("set fail_closed: %w", err)
-		}
+		g.FailOpen = perr.Error()
+	} else if err := spec.Variables["fail_closed"].Set(uint32(1)); err != nil {
+		return nil, fmt.Errorf("set fail_closed: %w", err)
 	}
-	// LoadAndAssign closes whatever it created when it fails part way.
-	if err := spec.LoadAndAssign(&g.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			err = fmt.Errorf("%+v", ve)
-		}
+	if err := shared.LoadPinned(spec, &g.objs, pinDir); err != nil {
 		return nil, fmt.Errorf("load netpolicy objects: %w", err)
 	}
 	size := (tracer.MaxSlots*8 + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
@@ -211,7 +178,7 @@ type CallNet struct {
 // version is one installed policy: what the cleaner deletes once it is out of effect.
 type version struct {
 	gen  uint64
-	keys []bpf.NetpolicyBermNetKey
+	keys []bpf.WireBermNetKey
 }
 
 // Attach installs pol for the call in cgroupDir (cgroup v2 id cgroupID) and, unless the
@@ -226,7 +193,7 @@ func (g *Guard) Attach(cgroupDir string, cgroupID uint64, pol *policy.NetPolicy,
 	if err := checkCgroup(cgroupDir, cgroupID); err != nil {
 		return nil, fmt.Errorf("attach network policy to %s: %w", cgroupDir, err)
 	}
-	var cfg bpf.NetpolicyBermCallCfg
+	var cfg bpf.WireBermCallCfg
 	if err := g.calls.Lookup(cgroupID, &cfg); err != nil {
 		return nil, fmt.Errorf("attach network policy to %s: cgroup %d is not registered with the tracer, nothing would be judged: %w", cgroupDir, cgroupID, err)
 	}
@@ -311,7 +278,7 @@ func (g *Guard) tryInstall(cgroupID uint64, pol *policy.NetPolicy) (version, err
 		g.gc.discard(v)
 		return version{}, fmt.Errorf("write policy prefixes: %w", err)
 	}
-	rec := bpf.NetpolicyBermNetGen{CgroupId: cgroupID, Socks: socks}
+	rec := bpf.WireBermNetGen{CgroupId: cgroupID, Socks: socks}
 	if err := g.objs.BermNetGens.Update(v.gen, &rec, ebpf.UpdateNoExist); err != nil {
 		g.gc.discard(v)
 		return version{}, fmt.Errorf("write policy record: %w", err)
@@ -321,7 +288,7 @@ func (g *Guard) tryInstall(cgroupID uint64, pol *policy.NetPolicy) (version, err
 
 // fill writes the prefixes in one batch where the kernel has batch operations on tries,
 // and returns how many it wrote.
-func (g *Guard) fill(keys []bpf.NetpolicyBermNetKey, vals []bpf.NetpolicyBermNetPrefix) (int, error) {
+func (g *Guard) fill(keys []bpf.WireBermNetKey, vals []bpf.WireBermNetPrefix) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}

@@ -39,7 +39,7 @@ type callEnv struct {
 	fd  int
 
 	mu      sync.Mutex
-	denials []bpf.ProcessBermDeny
+	denials []bpf.WireBermNetDeny
 	others  []string // events of the call that were not denials: kinds seen, for messages
 }
 
@@ -62,8 +62,7 @@ func newCallAt(t testing.TB, audit, underRoot bool) *callEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
-	calls, events, drops := tr.Shared()
-	g, err := New(Shared{Calls: calls, Events: events, Drops: drops, WakeupBytes: tracer.DefaultConfig.WakeupBytes})
+	g, err := New(tr.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +123,7 @@ func newCallAt(t testing.TB, audit, underRoot bool) *callEnv {
 // read collects the call's events. Producers skip wake-ups below the threshold, so the reader
 // runs on a short deadline and drains what is there each time.
 func (c *callEnv) read(rd *ringbuf.Reader) {
-	var hdrSize = binary.Size(bpf.ProcessBermHdr{})
+	var hdrSize = binary.Size(bpf.WireBermHdr{})
 	for {
 		rd.SetDeadline(time.Now().Add(20 * time.Millisecond))
 		rec, err := rd.Read()
@@ -137,14 +136,14 @@ func (c *callEnv) read(rd *ringbuf.Reader) {
 		if len(rec.RawSample) < hdrSize {
 			continue
 		}
-		var h bpf.ProcessBermHdr
+		var h bpf.WireBermHdr
 		binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &h)
 		if h.CgroupId != c.id {
 			continue
 		}
 		c.mu.Lock()
-		if bpf.ProcessBermOp(h.Op) == bpf.ProcessBermOpBERM_OP_DENY {
-			var d bpf.ProcessBermDeny
+		if bpf.WireBermOp(h.Op) == bpf.WireBermOpBERM_OP_NET_DENY {
+			var d bpf.WireBermNetDeny
 			if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &d); err == nil {
 				c.denials = append(c.denials, d)
 			}
@@ -156,7 +155,7 @@ func (c *callEnv) read(rd *ringbuf.Reader) {
 }
 
 // waitDenials returns the call's denials once n have arrived (or what there is after 5s).
-func (c *callEnv) waitDenials(n int) []bpf.ProcessBermDeny {
+func (c *callEnv) waitDenials(n int) []bpf.WireBermNetDeny {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c.mu.Lock()
@@ -170,7 +169,7 @@ func (c *callEnv) waitDenials(n int) []bpf.ProcessBermDeny {
 	time.Sleep(100 * time.Millisecond) // and anything extra that would be a bug
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]bpf.ProcessBermDeny(nil), c.denials...)
+	return append([]bpf.WireBermNetDeny(nil), c.denials...)
 }
 
 // start runs the test binary in the call's cgroup (CLONE_INTO_CGROUP: in it from its first
@@ -339,14 +338,13 @@ func (w *world) wantDenials() []wantDenial {
 	}
 }
 
-func (d wantDenial) matches(e bpf.ProcessBermDeny) bool {
-	return e.Layer == uint32(bpf.ProcessBermLayerBERM_LAYER_CGROUP_SOCK) &&
-		(d.family == 0 || e.Family == d.family) && netip.AddrFrom16(e.Addr).String() == d.addr &&
+func (d wantDenial) matches(e bpf.WireBermNetDeny) bool {
+	return (d.family == 0 || e.Family == d.family) && netip.AddrFrom16(e.Addr).String() == d.addr &&
 		e.Port == d.port && e.Proto == d.proto && e.Rule == d.rule && e.Nr == d.nr
 }
 
 // checkDenials wants exactly the expected events, each once, all from the child.
-func checkDenials(t *testing.T, got []bpf.ProcessBermDeny, want []wantDenial, pid int, audit uint32) {
+func checkDenials(t *testing.T, got []bpf.WireBermNetDeny, want []wantDenial, pid int, audit uint32) {
 	t.Helper()
 	used := make([]bool, len(got))
 	for _, w := range want {
@@ -494,7 +492,7 @@ func TestFailClosed(t *testing.T) {
 		}
 	}
 	// the version's record gone: its prefixes are still there, and must not be used
-	var rec bpf.NetpolicyBermNetGen
+	var rec bpf.WireBermNetGen
 	if err := c.g.objs.BermNetGens.LookupAndDelete(cn.cur.gen, &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -602,7 +600,7 @@ func TestSlotReuse(t *testing.T) {
 func countVersions(t *testing.T, g *Guard) (gens []uint64, prefixes int) {
 	t.Helper()
 	var gen uint64
-	var rec bpf.NetpolicyBermNetGen
+	var rec bpf.WireBermNetGen
 	it := g.objs.BermNetGens.Iterate()
 	for it.Next(&gen, &rec) {
 		gens = append(gens, gen)
@@ -610,8 +608,8 @@ func countVersions(t *testing.T, g *Guard) (gens []uint64, prefixes int) {
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var key bpf.NetpolicyBermNetKey
-	var val bpf.NetpolicyBermNetPrefix
+	var key bpf.WireBermNetKey
+	var val bpf.WireBermNetPrefix
 	it = g.objs.BermNetPolicy.Iterate()
 	for it.Next(&key, &val) {
 		prefixes++
@@ -758,8 +756,7 @@ func TestAnotherAgentsCallIsNotRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr2.Close()
-	calls, events, drops := tr2.Shared()
-	g2, err := New(Shared{Calls: calls, Events: events, Drops: drops})
+	g2, err := New(tr2.Shared())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,13 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if !audit && ev.Open.Result >= 0 {
 			return nil
 		}
-		path, ok := p.resolve(ev.Open.Path, ev.Open.Dirfd)
+		// The kernel's path of what was opened, or of the directory a relative path was
+		// resolved against (after a chdir, not the workspace): no guess from the workspace.
+		given, dirfd := ev.Open.Path, ev.Open.Dirfd
+		if ev.Open.ResolvedPath != "" {
+			given, dirfd = ev.Open.ResolvedPath, unix.AT_FDCWD
+		}
+		path, ok := p.resolve(given, dirfd)
 		if !ok {
 			return nil
 		}

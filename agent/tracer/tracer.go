@@ -5,14 +5,17 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/bpf"
 )
 
-// MaxSlots is how many calls can be traced at once on a node (BERM_MAX_SLOTS).
+// MaxSlots is how many calls can be traced at once on a node (BERM_MAX_SLOTS; the contract
+// test checks it against berm.h).
 const MaxSlots = 256
 
 // MaxSyscalls is the size of a call's syscall counter row (BERM_MAX_SYSCALLS).
@@ -36,6 +39,7 @@ var DefaultConfig = Config{RingBytes: 16 << 20, WakeupBytes: 64 << 10}
 
 // Tracer holds the loaded, attached objects.
 type Tracer struct {
+	cfg   Config
 	proc  bpf.ProcessObjects
 	sys   bpf.SyscallsObjects
 	links []link.Link
@@ -44,9 +48,12 @@ type Tracer struct {
 // New loads and attaches everything, or nothing: on any failure what was done is undone.
 func New(cfg Config) (_ *Tracer, err error) {
 	if cfg.RingBytes == 0 {
-		cfg = DefaultConfig
+		cfg.RingBytes = DefaultConfig.RingBytes
 	}
-	t := &Tracer{}
+	if cfg.WakeupBytes == 0 {
+		cfg.WakeupBytes = DefaultConfig.WakeupBytes
+	}
+	t := &Tracer{cfg: cfg}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -60,37 +67,21 @@ func New(cfg Config) (_ *Tracer, err error) {
 	if cfg.RingShare == 0 {
 		cfg.RingShare = uint64(cfg.RingBytes) / 8
 	}
-	procSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
-	if err := procSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
-	}
-	if err := procSpec.Variables["ring_share"].Set(cfg.RingShare); err != nil {
-		return nil, fmt.Errorf("set ring_share: %w", err)
+	t.cfg = cfg
+	// The first object creates the shared maps; the others are loaded against them.
+	if err := prepare(procSpec, cfg.RingBytes, cfg.WakeupBytes, cfg.RingShare); err != nil {
+		return nil, fmt.Errorf("load process objects: %w", err)
 	}
 	if err := procSpec.LoadAndAssign(&t.proc, nil); err != nil {
-		return nil, fmt.Errorf("load process objects: %w", verifierDetail(err))
+		return nil, fmt.Errorf("load process objects: %w", VerifierDetail(err))
 	}
 
 	sysSpec, err := bpf.LoadSyscalls()
 	if err != nil {
 		return nil, fmt.Errorf("load syscalls spec: %w", err)
 	}
-	sysSpec.Maps["berm_events"].MaxEntries = cfg.RingBytes
-	if err := sysSpec.Variables["wakeup_bytes"].Set(cfg.WakeupBytes); err != nil {
-		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
-	}
-	if err := sysSpec.Variables["ring_share"].Set(cfg.RingShare); err != nil {
-		return nil, fmt.Errorf("set ring_share: %w", err)
-	}
-	shared := map[string]*ebpf.Map{
-		"berm_calls":    t.proc.BermCalls,
-		"berm_events":   t.proc.BermEvents,
-		"berm_drops":    t.proc.BermDrops,
-		"berm_ring_in":  t.proc.BermRingIn,
-		"berm_ring_out": t.proc.BermRingOut,
-	}
-	if err := sysSpec.LoadAndAssign(&t.sys, &ebpf.CollectionOptions{MapReplacements: shared}); err != nil {
-		return nil, fmt.Errorf("load syscalls objects: %w", verifierDetail(err))
+	if err := t.Shared().Load(sysSpec, &t.sys); err != nil {
+		return nil, fmt.Errorf("load syscalls objects: %w", err)
 	}
 
 	for _, p := range []struct {
@@ -112,22 +103,8 @@ func New(cfg Config) (_ *Tracer, err error) {
 	return t, nil
 }
 
-func verifierDetail(err error) error {
-	var ve *ebpf.VerifierError
-	if errors.As(err, &ve) {
-		return fmt.Errorf("%+v", ve)
-	}
-	return err
-}
-
 // Events is the ring buffer every program writes to.
 func (t *Tracer) Events() *ebpf.Map { return t.proc.BermEvents }
-
-// Shared are the maps every berm object uses (lib/maps.h), for other loaders' MapReplacements:
-// the call table, the event ring and the per-slot drop counters.
-func (t *Tracer) Shared() (calls, events, drops *ebpf.Map) {
-	return t.proc.BermCalls, t.proc.BermEvents, t.proc.BermDrops
-}
 
 // ResetShare zeroes a slot's ring accounting for its next call (the slot's last call has
 // ended: none of its events is left in the ring).
@@ -148,10 +125,24 @@ func (t *Tracer) Consumed(slot uint32, bytes uint64) error {
 // CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.
 const CallAudit = 1
 
+// AlwaysTraced are the syscalls in every call's trail, whatever its traced set: destructive
+// changes of content (truncate, fallocate and its punch-hole), times (a wipe with the mtime
+// restored), names, links, modes, owners, device nodes, and deletions.
+var AlwaysTraced = []uint32{
+	unix.SYS_TRUNCATE, unix.SYS_FTRUNCATE, unix.SYS_FALLOCATE,
+	unix.SYS_UTIME, unix.SYS_UTIMES, unix.SYS_FUTIMESAT, unix.SYS_UTIMENSAT,
+	unix.SYS_RENAME, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2,
+	unix.SYS_LINK, unix.SYS_LINKAT, unix.SYS_SYMLINK, unix.SYS_SYMLINKAT,
+	unix.SYS_CHMOD, unix.SYS_FCHMOD, unix.SYS_FCHMODAT, unix.SYS_FCHMODAT2,
+	unix.SYS_CHOWN, unix.SYS_FCHOWN, unix.SYS_LCHOWN, unix.SYS_FCHOWNAT,
+	unix.SYS_MKNOD, unix.SYS_MKNODAT,
+	unix.SYS_UNLINK, unix.SYS_UNLINKAT, unix.SYS_RMDIR,
+}
+
 // CallConfig is what the kernel knows about a call.
 type CallConfig struct {
 	Slot uint32
-	// Traced are the syscall numbers that get an individual event.
+	// Traced are the syscall numbers that get an individual event (AlwaysTraced are added).
 	Traced []uint32
 	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
 	// blocks nothing (policy mode: audit).
@@ -163,11 +154,11 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 	if cfg.Slot >= MaxSlots {
 		return fmt.Errorf("register cgroup %d: slot %d out of range", cgroupID, cfg.Slot)
 	}
-	v := bpf.ProcessBermCallCfg{Slot: cfg.Slot}
+	v := bpf.WireBermCallCfg{Slot: cfg.Slot}
 	if cfg.Audit {
 		v.Flags |= CallAudit
 	}
-	for _, nr := range cfg.Traced {
+	for _, nr := range slices.Concat(cfg.Traced, AlwaysTraced) {
 		if nr >= MaxSyscalls {
 			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)
 		}
@@ -190,7 +181,7 @@ func (t *Tracer) Unregister(cgroupID uint64) error {
 // TakeSyscallCounts returns the slot's per-syscall counts (summed over CPUs) and zeroes them
 // for the slot's next call: one lookup and one update, whatever the number of syscalls.
 func (t *Tracer) TakeSyscallCounts(slot uint32) (map[uint32]uint64, error) {
-	var per []bpf.SyscallsBermSyscounts
+	var per []bpf.WireBermSyscounts
 	if err := t.sys.BermSyscounts.Lookup(slot, &per); err != nil {
 		return nil, fmt.Errorf("read syscall counters of slot %d: %w", slot, err)
 	}

@@ -2,16 +2,18 @@
 /* Copyright berm authors. */
 /*
  * The wire contract between the kernel programs and the Go agent. This header is the only
- * definition: bpf2go generates the Go mirror types from it (-type), and a Go test checks the
- * decoder against those generated types, so the two sides cannot drift apart.
+ * definition: bpf2go generates the Go mirror types from it once (contract.bpf.c, as
+ * bpf.WireBerm*), every loader and decoder uses those, and agent/contract_test.go checks the
+ * decoders and the Go limits against this file, so the two sides cannot drift apart.
  */
 #ifndef BERM_H
 #define BERM_H
 
 #define BERM_MAX_SLOTS 256    /* concurrent sandboxed calls per node */
 #define BERM_MAX_SYSCALLS 512 /* syscall numbers counted per call (x86-64 uses < 460) */
-#define BERM_PATH_LEN 256
-#define BERM_ARGS_LEN 512
+#define BERM_PATH_LEN 256     /* fixed path fields (LSM denials) */
+#define BERM_PATH_MAX 4096    /* paths in variable records: PATH_MAX, the kernel refuses longer */
+#define BERM_ARGS_MAX 8192    /* argv bytes an exec record carries */
 #define BERM_COMM_LEN 16
 
 enum berm_op {
@@ -21,16 +23,9 @@ enum berm_op {
 	BERM_OP_OPEN = 4,
 	BERM_OP_CONNECT = 5,
 	BERM_OP_SYSCALL = 6,
-	BERM_OP_DENY = 7,
+	BERM_OP_NET_DENY = 7, /* struct berm_net_deny: the cgroup sock hooks (netpolicy.bpf.c) */
 	BERM_OP_SYSCALL_PATH = 8,
-};
-
-/* Which enforcement layer refused something (struct berm_deny). */
-enum berm_layer {
-	BERM_LAYER_SECCOMP = 1,
-	BERM_LAYER_LANDLOCK = 2,
-	BERM_LAYER_CGROUP_SOCK = 3,
-	BERM_LAYER_LSM = 4,
+	BERM_OP_LSM_DENY = 9, /* struct berm_lsm_deny: the BPF LSM hooks (lsm.bpf.c) */
 };
 
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
@@ -54,17 +49,37 @@ struct berm_hdr {
 	char comm[BERM_COMM_LEN];
 };
 
+/*
+ * A string in the tail of a variable-size record: len bytes are in the record (no NUL), full
+ * is its length where it came from. full != len: the string was cut, and the record says so;
+ * full = BERM_LEN_UNKNOWN: cut at a length not known (a kernel path deeper than the walk went).
+ */
+#define BERM_LEN_UNKNOWN 0xffffffff
+struct berm_str {
+	__u32 len;
+	__u32 full;
+};
+
+/* Where a recorded path or address came from. */
+enum berm_source {
+	BERM_SRC_NONE = 0,   /* not captured (no entry state: the trace started mid-syscall) */
+	BERM_SRC_KERNEL = 1, /* the kernel's own object: the file behind an fd, a dentry walk */
+	BERM_SRC_USER = 2,   /* the syscall's argument in user memory, read at syscall entry */
+};
+
+/*
+ * Variable-size records (exec, open, syscall_path) are the struct followed by the bytes of
+ * their berm_str fields, in field order; hdr.size is the whole record.
+ */
 struct berm_exec {
 	struct berm_hdr hdr;
-	__u32 args_len;  /* bytes of args used: NUL-separated argv */
-	__u32 argc_truncated; /* 1 when argv did not fit */
 	__u32 exe_mode;  /* i_mode of the executed file (setuid/setgid bits) */
 	__u32 exe_nlink; /* 0: the file was deleted (or is a memfd) */
 	__u32 euid;      /* effective uid after exec */
 	__u32 pad;
 	char exe_name[64]; /* dentry name of the executed file ("memfd:x" for memfds) */
-	char filename[BERM_PATH_LEN];
-	char args[BERM_ARGS_LEN];
+	struct berm_str filename; /* as passed to execve */
+	struct berm_str args;     /* NUL-separated argv */
 };
 
 struct berm_fork {
@@ -79,6 +94,11 @@ struct berm_exit {
 	__u32 thread_group_dead;
 };
 
+/*
+ * path: for an open that yielded an fd, the kernel's path of the file behind it (source
+ * KERNEL); otherwise the argument as read at syscall entry (source USER), and for a relative
+ * one, base: the kernel's path of the directory it is relative to (dirfd's or the cwd).
+ */
 struct berm_open {
 	struct berm_hdr hdr;
 	__s64 ret;       /* fd or -errno */
@@ -86,9 +106,13 @@ struct berm_open {
 	__u32 flags;
 	__u32 mode;
 	__u32 nr;        /* open, openat, openat2 or creat */
-	char path[BERM_PATH_LEN];
+	__u32 source;    /* enum berm_source of path */
+	__u32 pad;
+	struct berm_str path;
+	struct berm_str base;
 };
 
+/* The address as read at syscall entry (source USER), before the call could block. */
 struct berm_connect {
 	struct berm_hdr hdr;
 	__s64 ret;       /* 0 or -errno (-EINPROGRESS for non-blocking sockets) */
@@ -97,6 +121,8 @@ struct berm_connect {
 	__u32 addrlen;
 	__u8 addr[16];   /* IPv4 in the first 4 bytes */
 	char unix_path[108];
+	__u32 source;    /* enum berm_source */
+	__u32 pad;
 };
 
 /* A syscall of the call's traced set. */
@@ -108,13 +134,19 @@ struct berm_syscall {
 	__u32 pad;
 };
 
-/* A traced syscall that takes paths (unlink, rename, mkdir, chmod, mount, ...): the pointers
- * alone mean nothing later, so the strings are captured. A separate op keeps the common,
- * path-less event small: ring space and copy cost are per byte. */
+/*
+ * A traced syscall that takes paths (unlink, rename, mkdir, chmod, mount, ...) or acts on an
+ * fd's file (ftruncate, fallocate, fchmod, ...): the pointers alone mean nothing later, so the
+ * strings are captured at entry, before the call can block and its memory be rewritten; an
+ * fd's file is named by the kernel. A separate op keeps the common, path-less event small:
+ * ring space and copy cost are per byte.
+ */
 struct berm_syscall_path {
 	struct berm_syscall sc;
-	char path[BERM_PATH_LEN];
-	char path2[BERM_PATH_LEN];
+	__u32 source;    /* enum berm_source of path */
+	__u32 source2;   /* and of path2 */
+	struct berm_str path;
+	struct berm_str path2;
 };
 
 /* Per-call syscall counters: one value per slot, so reading a call's counts is one lookup. */
@@ -122,17 +154,27 @@ struct berm_syscounts {
 	__u64 n[BERM_MAX_SYSCALLS];
 };
 
-/* A denial (or, in audit mode, a would-be denial) by a kernel-side layer. */
-struct berm_deny {
+/*
+ * A denial (or, in audit mode, a would-be denial) by the cgroup sock hooks: a destination
+ * (connect, unconnected send) or, with nr = BERM_NR_SOCKET, a socket() refused at creation.
+ */
+struct berm_net_deny {
 	struct berm_hdr hdr;
-	__u32 layer;     /* enum berm_layer */
 	__u32 rule;      /* index of the rule that fired in the compiled policy, 0 = default deny */
 	__u32 audit;     /* 1: audit mode, the action was allowed */
-	__u32 nr;        /* syscall number, when the object is a syscall */
-	__u16 family;    /* address family, when the object is an address */
+	__u32 nr;        /* BERM_NR_SOCKET for a refused socket(), else 0 */
+	__u16 family;    /* address family */
 	__u16 port;      /* host byte order */
-	__u32 proto;     /* socket type/protocol */
-	__u8 addr[16];
+	__u32 proto;     /* IP protocol; for socket(): type << 16 | protocol */
+	__u32 pad;
+	__u8 addr[16];   /* IPv6, IPv4 as IPv4-mapped */
+};
+
+/* A denial (or would-be denial) by the BPF LSM file policy: the object's path. */
+struct berm_lsm_deny {
+	struct berm_hdr hdr;
+	__u32 rule;      /* 1-based index of the policy rule, 0 = no rule covers the object */
+	__u32 audit;
 	char path[BERM_PATH_LEN];
 };
 
@@ -172,7 +214,7 @@ struct berm_lsm_rule {
 #define BERM_MAX_NET_ENTRIES 64    /* entries one prefix carries: policy.MaxNetEntries */
 #define BERM_MAX_NET_PREFIXES 4096 /* prefixes of one call's policy (trie entries allocated on use) */
 #define BERM_MAX_SOCK_RULES 16     /* socket(family, type) pairs one call may create */
-#define BERM_NR_SOCKET 41          /* berm_deny.nr of a refused socket(): x86-64 __NR_socket */
+#define BERM_NR_SOCKET 41          /* berm_net_deny.nr of a refused socket(): x86-64 __NR_socket */
 
 #define BERM_NET_GEN_BITS 64        /* berm_net_key.prefixlen counts the generation first */
 

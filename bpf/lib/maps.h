@@ -52,7 +52,7 @@ struct {
 } berm_ring_out SEC(".maps");
 
 /* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
-const volatile __u64 wakeup_bytes = 256 << 10;
+const volatile __u64 wakeup_bytes = 64 << 10; /* set at load time: tracer.Config.WakeupBytes */
 
 /*
  * Once the ring is more than half full, a call already holding this many bytes of it gets no

@@ -1,0 +1,139 @@
+package tracer
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/wire"
+	"github.com/bermsec/berm/bpf"
+)
+
+// The tracer's programs (process.bpf.c, syscalls.bpf.c) produce these kinds.
+func init() {
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_EXEC, tail(bpf.WireBermExec{}, bpf.BermPathMax+bpf.BermArgsMax), decodeExec)
+	wire.Register(bpf.WireBermOpBERM_OP_FORK, decodeFork)
+	wire.Register(bpf.WireBermOpBERM_OP_EXIT, decodeExit)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_OPEN, tail(bpf.WireBermOpen{}, 2*bpf.BermPathMax), decodeOpen)
+	wire.Register(bpf.WireBermOpBERM_OP_CONNECT, decodeConnect)
+	wire.Register(bpf.WireBermOpBERM_OP_SYSCALL, decodeSyscall)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_SYSCALL_PATH, tail(bpf.WireBermSyscallPath{}, 2*bpf.BermPathMax), decodeSyscallPath)
+}
+
+// tail is the largest size of a variable record: its struct and at most n bytes of strings.
+func tail[T any](v T, n uintptr) uintptr { return unsafe.Sizeof(v) + n }
+
+func decodeExec(e *bpf.WireBermExec, b []byte, ev *event.Event) error {
+	t := wire.NewTail(b)
+	filename, args := t.Next(e.Filename), t.Next(e.Args)
+	ev.Kind = event.KindExec
+	ev.Exec = &event.Exec{
+		Filename:  filename.S,
+		Argv:      splitArgs([]byte(args.S)),
+		Truncated: args.Truncated,
+		ArgsLen:   args.Full,
+		Mode:      e.ExeMode,
+		Setuid:    e.ExeMode&(unix.S_ISUID|unix.S_ISGID) != 0,
+		Deleted:   e.ExeNlink == 0,
+		ExeName:   wire.CString(e.ExeName[:]),
+		EUID:      e.Euid,
+	}
+	return t.Err()
+}
+
+func decodeFork(e *bpf.WireBermFork, ev *event.Event) {
+	ev.Kind = event.KindFork
+	ev.Fork = &event.Fork{ChildPID: e.ChildPid}
+}
+
+func decodeExit(e *bpf.WireBermExit, ev *event.Event) {
+	ev.Kind = event.KindExit
+	ws := syscall.WaitStatus(uint32(e.Code))
+	x := &event.Exit{}
+	if ws.Signaled() {
+		x.Signal = int(ws.Signal())
+	} else {
+		x.Code = ws.ExitStatus()
+	}
+	ev.Exit = x
+}
+
+func decodeOpen(e *bpf.WireBermOpen, b []byte, ev *event.Event) error {
+	t := wire.NewTail(b)
+	path, base := t.Next(e.Path), t.Next(e.Base)
+	ev.Kind = event.KindOpen
+	o := &event.Open{
+		Path: path.S, Dirfd: e.Dirfd, Flags: e.Flags, Mode: e.Mode,
+		Result: e.Ret, Errno: wire.ErrnoName(e.Ret),
+		PathTruncated: path.Truncated, PathSource: wire.Source(e.Source),
+	}
+	if path.Truncated {
+		o.PathLen = path.Full
+	}
+	// the directory's path is the kernel's: joined with a cut name it would name another file
+	if base.S != "" && !base.Truncated && !path.Truncated {
+		o.ResolvedPath = strings.TrimSuffix(base.S, "/") + "/" + path.S
+	}
+	ev.Open = o
+	return t.Err()
+}
+
+func decodeConnect(e *bpf.WireBermConnect, ev *event.Event) {
+	ev.Kind = event.KindConnect
+	c := &event.Connect{Port: e.Port, Result: e.Ret, Errno: wire.ErrnoName(e.Ret), AddrSource: wire.Source(e.Source)}
+	switch e.Family {
+	case unix.AF_INET:
+		c.Family = "inet"
+		c.Addr = netip.AddrFrom4([4]byte(e.Addr[:4])).String()
+	case unix.AF_INET6:
+		c.Family = "inet6"
+		c.Addr = netip.AddrFrom16(e.Addr).String()
+	case unix.AF_UNIX:
+		c.Family = "unix"
+		c.Addr = wire.CString(e.UnixPath[:])
+	default:
+		c.Family = fmt.Sprint(e.Family)
+	}
+	ev.Connect = c
+}
+
+func decodeSyscall(e *bpf.WireBermSyscall, ev *event.Event) {
+	ev.Kind = event.KindSyscall
+	ev.Syscall = &event.Syscall{Nr: e.Nr, Name: event.SyscallName(e.Nr), Args: e.Args, Result: e.Ret, Errno: wire.ErrnoName(e.Ret)}
+}
+
+func decodeSyscallPath(e *bpf.WireBermSyscallPath, b []byte, ev *event.Event) error {
+	decodeSyscall(&e.Sc, ev)
+	t := wire.NewTail(b)
+	p1, p2 := t.Next(e.Path), t.Next(e.Path2)
+	sc := ev.Syscall
+	sc.Path, sc.Path2 = p1.S, p2.S
+	sc.PathSource = wire.Source(e.Source)
+	sc.PathTruncated, sc.Path2Truncated = p1.Truncated, p2.Truncated
+	if p1.Truncated {
+		sc.PathLen = p1.Full
+	}
+	if p2.Truncated {
+		sc.Path2Len = p2.Full
+	}
+	return t.Err()
+}
+
+func splitArgs(b []byte) []string {
+	b = bytes.TrimRight(b, "\x00")
+	if len(b) == 0 {
+		return nil
+	}
+	parts := bytes.Split(b, []byte{0})
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = string(p)
+	}
+	return out
+}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Copyright berm authors. */
+/*
+ * The wire contract (lib/berm.h) as one object with no programs: bpf2go generates the Go
+ * mirror of each contract type once, from here (bpf.WireBerm*), and the objects that run are
+ * generated without types of their own (-no-global-types), so every loader and decoder shares
+ * the one Go type per C type.
+ */
+#include "include/vmlinux.h"
+#include "lib/berm.h"
+
+/* Referenced so that the types are in this object's BTF. */
+const enum berm_op *unused_op __attribute__((unused));
+const enum berm_source *unused_source __attribute__((unused));
+const struct berm_str *unused_str __attribute__((unused));
+const struct berm_call_cfg *unused_call_cfg __attribute__((unused));
+const struct berm_hdr *unused_hdr __attribute__((unused));
+const struct berm_exec *unused_exec __attribute__((unused));
+const struct berm_fork *unused_fork __attribute__((unused));
+const struct berm_exit *unused_exit __attribute__((unused));
+const struct berm_open *unused_open __attribute__((unused));
+const struct berm_connect *unused_connect __attribute__((unused));
+const struct berm_syscall *unused_syscall __attribute__((unused));
+const struct berm_syscall_path *unused_syscall_path __attribute__((unused));
+const struct berm_syscounts *unused_syscounts __attribute__((unused));
+const struct berm_net_deny *unused_net_deny __attribute__((unused));
+const struct berm_lsm_deny *unused_lsm_deny __attribute__((unused));
+const enum berm_lsm_right *unused_lsm_right __attribute__((unused));
+const struct berm_lsm_key *unused_lsm_key __attribute__((unused));
+const struct berm_lsm_rule *unused_lsm_rule __attribute__((unused));
+const struct berm_net_key *unused_net_key __attribute__((unused));
+const struct berm_net_entry *unused_net_entry __attribute__((unused));
+const struct berm_net_prefix *unused_net_prefix __attribute__((unused));
+const struct berm_sock_rule *unused_sock_rule __attribute__((unused));
+const struct berm_net_socks *unused_net_socks __attribute__((unused));
+const struct berm_net_gen *unused_net_gen __attribute__((unused));

@@ -1,0 +1,7 @@
+package bpf
+
+// Limits of berm.h that size Go buffers; the contract test checks them against the header.
+const (
+	BermPathMax = 4096 // BERM_PATH_MAX: longest path a record carries, with its NUL
+	BermArgsMax = 8192 // BERM_ARGS_MAX: argv bytes an exec record carries
+)
