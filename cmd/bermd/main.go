@@ -33,9 +33,12 @@ func main() {
 	noRules := flag.Bool("no-rules", false, "evaluate no detection rules")
 	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
 	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
+	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
+	var level slog.Level
+	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -52,6 +55,7 @@ type options struct {
 	rules                                []string
 	noRules                              bool
 	warm                                 int
+	idleExit                             time.Duration
 }
 
 func run(log *slog.Logger, o options) error {
@@ -64,6 +68,9 @@ func run(log *slog.Logger, o options) error {
 	}
 	if o.warm < 0 {
 		return fmt.Errorf("--warm: expected 0 or more sandboxes per tenant, got %d", o.warm)
+	}
+	if o.idleExit < 0 {
+		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -111,7 +118,11 @@ func run(log *slog.Logger, o options) error {
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath}
-	srv := &daemon.Server{Launch: svc.Launch, Log: log}
+	phases := daemon.NewPhaseMetrics(reg)
+	srv := &daemon.Server{Launch: svc.Launch, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
+		phases.Observe(sv)
+		logServed(log, sv)
+	}}
 	if err := srv.Listen(o.socket); err != nil {
 		return err
 	}
@@ -126,8 +137,15 @@ func run(log *slog.Logger, o options) error {
 	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn); err != nil {
 		return err
 	}
-	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir)
-	<-ctx.Done()
-	log.Info("bermd stopping")
+	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir, "idle_exit", o.idleExit)
+	select {
+	case <-ctx.Done():
+		log.Info("bermd stopping")
+	case <-srv.Idle():
+		// Started on demand: no call for the idle time. The socket goes first, so the next
+		// `berm run` starts a new bermd rather than reach one that is leaving.
+		log.Info("bermd idle, exiting", "idle_exit", o.idleExit)
+		srv.Drain()
+	}
 	return nil
 }
