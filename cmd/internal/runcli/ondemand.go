@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -122,6 +123,9 @@ func spawnDaemon(bermd, socket string, idle time.Duration, logPath string) error
 		return err
 	}
 	defer null.Close()
+	// bermd outlives this call by minutes: it must not keep what the caller's parents left
+	// open without close-on-exec (a pipe a caller reads to its end, a held flock).
+	closeInheritedOnExec()
 	args := []string{"bermd", "--socket", socket, "--idle-exit", idle.String(), "--metrics", ""}
 	p, err := os.StartProcess(bermd, args, &os.ProcAttr{
 		Files: []*os.File{null, logf, logf},
@@ -177,4 +181,20 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+func closeInheritedOnExec() {
+	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
