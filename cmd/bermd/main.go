@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,12 +34,13 @@ func main() {
 	noRules := flag.Bool("no-rules", false, "evaluate no detection rules")
 	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
 	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
+	pprofOn := flag.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (profiles of a bermd whose latency degrades)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit}
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -56,6 +58,7 @@ type options struct {
 	noRules                              bool
 	warm                                 int
 	idleExit                             time.Duration
+	pprof                                bool
 }
 
 func run(log *slog.Logger, o options) error {
@@ -93,6 +96,12 @@ func run(log *slog.Logger, o options) error {
 	if o.metrics != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if o.pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
 			return fmt.Errorf("metrics on %s: %w", o.metrics, err)
