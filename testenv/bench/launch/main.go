@@ -77,6 +77,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds of each syscall measurement")
 	soakN := flag.Int("soak", 10000, "calls of the soak (0: none)")
 	soakLimit := flag.Duration("soak-time", 8*time.Minute, "time limit of the soak's calls")
+	soakOnly := flag.Bool("soak-only", false, "run the soak only")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 
@@ -93,6 +94,10 @@ func main() {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		must(fmt.Errorf("build sysloop: %v: %s", err, out))
+	}
+	if *soakOnly {
+		soak(bermd, berm, ws, writePolicy(work, "base", 0, 0), *soakN, *n, *soakLimit)
+		return
 	}
 	const loops = 1_000_000
 	const tracedCalls = 200_000

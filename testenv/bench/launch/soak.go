@@ -66,7 +66,8 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 					flood(dS, floods[(i/500)%3].args...)
 					flooded.Add(1)
 				} else {
-					timeRun(berm, call(dS, "--", "/bin/true")...)
+					// Calls of several tenants: the soaked bermd keeps a warm sandbox for each.
+					timeRun(berm, call(dS, "--tenant", fmt.Sprintf("soak-%d", i%soakTenants), "--", "/bin/true")...)
 				}
 				done.Add(1)
 			}
@@ -96,7 +97,7 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 
 	ratio := float64(pct(after, .5)) / float64(pct(fresh, .5))
 	fmt.Printf("## Latency after a soak (%d calls, %d of them floods, in %s)\n\n", done.Load(), flooded.Load(), took.Round(time.Second))
-	fmt.Printf("One bermd runs %d calls of `berm run -- /bin/true` from 2 callers at once, and every 500th a\n", total)
+	fmt.Printf("One bermd runs %d calls of `berm run -- /bin/true` (%d tenants in turn) from 2 callers at once, and every 500th a\n", total, soakTenants)
 	fmt.Println("flood in turn: " + floods[0].name + "; " + floods[1].name + "; " + floods[2].name + ".")
 	fmt.Printf("Then its warm launches (%d, settled) alone, interleaved with a fresh bermd's (both loaded), and\n", m)
 	fmt.Println("the fresh bermd's alone once the soaked one has stopped.")
@@ -114,6 +115,9 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 	fmt.Printf("\nsoaked / fresh launch latency (p50, each alone): **%.2f** (target <= 1.2); interleaved: %.2f\n\n",
 		ratio, float64(pct(tS, .5))/float64(pct(tF, .5)))
 }
+
+// soakTenants are the tenants the soak's calls rotate over.
+const soakTenants = 8
 
 func dirSize(dir string) int64 {
 	var n int64
