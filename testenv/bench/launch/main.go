@@ -78,6 +78,7 @@ func main() {
 	soakN := flag.Int("soak", 10000, "calls of the soak (0: none)")
 	soakLimit := flag.Duration("soak-time", 8*time.Minute, "time limit of the soak's calls")
 	soakOnly := flag.Bool("soak-only", false, "run the soak only")
+	soakProfile := flag.String("soak-profile", "", "save CPU profiles of the soaked bermd to FILE.before and FILE.after")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 
@@ -96,7 +97,7 @@ func main() {
 		must(fmt.Errorf("build sysloop: %v: %s", err, out))
 	}
 	if *soakOnly {
-		soak(bermd, berm, ws, writePolicy(work, "base", 0, 0), *soakN, *n, *soakLimit)
+		soak(bermd, berm, ws, writePolicy(work, "base", 0, 0), *soakN, *n, *soakLimit, *soakProfile)
 		return
 	}
 	const loops = 1_000_000
@@ -284,7 +285,7 @@ func main() {
 	fmt.Println()
 	if *soakN > 0 {
 		d.stop()
-		soak(bermd, berm, ws, basePol, *soakN, *n, *soakLimit)
+		soak(bermd, berm, ws, basePol, *soakN, *n, *soakLimit, *soakProfile)
 	}
 }
 

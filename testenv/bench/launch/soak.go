@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +16,14 @@ import (
 // opens, one that fork-bombs into its pids cap, one that writes until its output cap), then
 // measures that bermd's launch latency interleaved with a fresh bermd's. Bounded by limit: a
 // soak that runs out of time reports the calls it made.
-func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
+// With profile set, CPU profiles of the soaked bermd (pprof) while it launches before and
+// after the soak go to profile.before and profile.after.
+func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profile string) {
 	dir, err := os.MkdirTemp("/var/tmp", "berm-soak.")
 	must(err)
 	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
 	defer os.RemoveAll(dir)
-	dS := startDaemon(bermd, filepath.Join(dir, "soaked"), filepath.Join(dir, "soaked.sock"))
+	dS := startDaemon(bermd, filepath.Join(dir, "soaked"), filepath.Join(dir, "soaked.sock"), "--pprof")
 	defer dS.stop()
 	call := func(d *daemon, extra ...string) []string {
 		return append([]string{"run", "--socket", d.sock, "--daemon", "required", "--workspace", ws, "--policy", pol}, extra...)
@@ -40,15 +44,30 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 		{"fork bomb into a pids cap of 64", []string{"--pids", "64", "--", "/bin/sh", "-c", "f() { f | f & }; f; wait"}},
 		{"output until a 32 MiB cap", []string{"--output-limit", "32Mi", "--", "/usr/bin/yes"}},
 	}
-	alone := func(d *daemon) []time.Duration {
+	alone := func(d *daemon, profileTo string) []time.Duration {
+		var prof sync.WaitGroup
+		if profileTo != "" {
+			prof.Add(1)
+			go func() {
+				defer prof.Done()
+				d.cpuProfile(profileTo, 5*time.Second)
+			}()
+		}
 		t := make([]time.Duration, 0, m)
 		for i := 0; i < m; i++ {
 			d.settle()
 			t = append(t, timeRun(berm, call(d, "--", "/bin/true")...))
 		}
+		prof.Wait()
 		return t
 	}
-	before := alone(dS)
+	suffix := func(s string) string {
+		if profile == "" {
+			return ""
+		}
+		return profile + "." + s
+	}
+	before := alone(dS, suffix("before"))
 
 	start := time.Now()
 	var next, done, flooded atomic.Int64
@@ -76,7 +95,7 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 	wg.Wait()
 	took := time.Since(start)
 	rssS, gorS := dS.metric("process_resident_memory_bytes"), dS.metric("go_goroutines")
-	after := alone(dS)
+	after := alone(dS, suffix("after"))
 
 	// Both at once, interleaved: the same moment's noise for both. Two agents loaded make
 	// every syscall of the machine run both sets of tracepoints, so these are slower than
@@ -91,7 +110,7 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration) {
 		tF = append(tF, timeRun(berm, call(dF, "--", "/bin/true")...))
 	}
 	dS.stop()
-	fresh := alone(dF)
+	fresh := alone(dF, "")
 	rssF, gorF := dF.metric("process_resident_memory_bytes"), dF.metric("go_goroutines")
 	journal := dirSize(filepath.Join(dir, "soaked", "journal"))
 
@@ -128,4 +147,21 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// cpuProfile saves a CPU profile of the bermd (started with --pprof) taken over d.
+func (d *daemon) cpuProfile(path string, dur time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metrics, int(dur.Seconds())))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: cpu profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: cpu profile:", err)
+	}
 }
