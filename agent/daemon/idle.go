@@ -56,7 +56,7 @@ func (i *idleState) check() {
 	if i.active > 0 || i.done {
 		return
 	}
-	f, err := os.OpenFile(i.lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(i.lockPath, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err == nil {
 		if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()

@@ -221,3 +221,31 @@ func execBerm(bin, socket, ws string, argv ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "BERM_DAEMON=auto", "BERM_IDLE_EXIT=5s")
 	return cmd
 }
+
+// The socket's directory may be writable by others: a symlink planted as bermd's log is not
+// followed (root would truncate what it points to), and no bermd starts with it.
+func TestOnDemandLogIsNotFollowed(t *testing.T) {
+	bermbin.RequireRoot(t)
+	bin, dir, ws := onDemandBin(t), t.TempDir(), bermbin.Workspace(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "bermd.log")); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "bermd.sock")
+	var pids []int
+	stopDaemons(t, &pids)
+	_, errs, _ := onDemandRun(t, bin, socket, ws, "/bin/true")
+	if _, err := os.Stat(socket); err == nil {
+		pids = append(pids, daemonPID(t, socket))
+		t.Errorf("a bermd started with its log planted as a symlink")
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "precious\n" {
+		t.Fatalf("the file the planted log pointed to was written: %q (stderr %q)", data, errs)
+	}
+	if !strings.Contains(errs, "bermd did not start") {
+		t.Fatalf("stderr %q: want why bermd did not start", errs)
+	}
+}

@@ -62,7 +62,7 @@ func lockFile(path string, how int) *os.File {
 	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil
 	}
@@ -112,8 +112,9 @@ func (o *Options) startDaemon() bool {
 // it), with no stdio of the caller's (a caller reading our output to its end must not wait
 // for bermd), and waits until its socket answers.
 func spawnDaemon(bermd, socket string, idle time.Duration, logPath string) error {
-	// The log of the latest bermd started on demand; root-only, as its socket.
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// The log of the latest bermd started on demand; root-only, as its socket. Never through
+	// a symlink: --socket may name a directory others can write to.
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
