@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,9 @@ func main() {
 	soakProfile := flag.String("soak-profile", "", "save CPU profiles of the soaked bermd to FILE.before and FILE.after")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
+	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
+	// not gzip its whole page each time (it showed in bermd's CPU profile).
+	http.DefaultTransport.(*http.Transport).DisableCompression = true
 
 	work, err := os.MkdirTemp("/run", "berm-bench.")
 	must(err)

@@ -17,7 +17,8 @@ import (
 // measures that bermd's launch latency interleaved with a fresh bermd's. Bounded by limit: a
 // soak that runs out of time reports the calls it made.
 // With profile set, CPU profiles of the soaked bermd (pprof) while it launches before and
-// after the soak go to profile.before and profile.after.
+// after the soak go to profile.before and profile.after; profiling slows the soaked bermd
+// down (its signals), so its figures are then not the fresh one's peers.
 func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profile string) {
 	dir, err := os.MkdirTemp("/var/tmp", "berm-soak.")
 	must(err)
