@@ -73,9 +73,13 @@ func alive(pid int) bool {
 }
 
 // stopDaemons ends, at the test's end, every bermd it saw that is still there: a test's
-// bermd never outlives it, idle exit or not.
-func stopDaemons(t *testing.T, pids *[]int) {
+// bermd never outlives it, idle exit or not. A failed test shows the bermd's log.
+func stopDaemons(t *testing.T, socket string, pids *[]int) {
 	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(filepath.Dir(socket), "bermd.log"))
+			t.Logf("log of the bermd started on demand:\n%s", log)
+		}
 		for _, pid := range *pids {
 			if alive(pid) {
 				syscall.Kill(pid, syscall.SIGTERM)
@@ -109,7 +113,7 @@ func TestRunStartsBermdOnDemand(t *testing.T) {
 	bermbin.RequireRoot(t)
 	bin, socket, ws := onDemandBin(t), filepath.Join(t.TempDir(), "bermd.sock"), bermbin.Workspace(t)
 	var pids []int
-	stopDaemons(t, &pids)
+	stopDaemons(t, socket, &pids)
 
 	// The first caller holds a lock on a descriptor without close-on-exec, as `flock FILE
 	// berm run ...` does: bermd, which outlives the call, must not keep it.
@@ -175,7 +179,7 @@ func TestConcurrentFirstCallsStartOneBermd(t *testing.T) {
 	bermbin.RequireRoot(t)
 	bin, socket, ws := onDemandBin(t), filepath.Join(t.TempDir(), "bermd.sock"), bermbin.Workspace(t)
 	var pids []int
-	stopDaemons(t, &pids)
+	stopDaemons(t, socket, &pids)
 
 	const n = 4
 	type result struct {
@@ -206,6 +210,7 @@ func TestConcurrentFirstCallsStartOneBermd(t *testing.T) {
 	for i, r := range results {
 		if r.code != 0 || r.out != fmt.Sprintf("call-%d\n", i) {
 			t.Errorf("call %d: exit %d, stdout %q, stderr %q", i, r.code, r.out, r.errs)
+			logTimeline(t, r.errs)
 		}
 		starts += strings.Count(r.errs, "starting bermd")
 	}
@@ -236,7 +241,7 @@ func TestOnDemandLogIsNotFollowed(t *testing.T) {
 	}
 	socket := filepath.Join(dir, "bermd.sock")
 	var pids []int
-	stopDaemons(t, &pids)
+	stopDaemons(t, socket, &pids)
 	_, errs, _ := onDemandRun(t, bin, socket, ws, "/bin/true")
 	if _, err := os.Stat(socket); err == nil {
 		pids = append(pids, daemonPID(t, socket))
@@ -248,4 +253,16 @@ func TestOnDemandLogIsNotFollowed(t *testing.T) {
 	if !strings.Contains(errs, "bermd did not start") {
 		t.Fatalf("stderr %q: want why bermd did not start", errs)
 	}
+}
+
+// logTimeline shows the timeline of the call a failed `berm run` names (in the journal of a
+// bermd started on demand, the default state directory).
+func logTimeline(t *testing.T, stderr string) {
+	_, rest, ok := strings.Cut(stderr, "berm: call ")
+	if !ok {
+		return
+	}
+	id, _, _ := strings.Cut(rest, " ")
+	r := bermbin.Berm(t, nil, "timeline", "--state-dir", "/var/lib/berm", id)
+	t.Logf("timeline of %s:\n%s%s", id, r.Stdout, r.Stderr)
 }
