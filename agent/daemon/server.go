@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,12 +62,22 @@ func (s *Server) Listen(path string) error {
 		return fmt.Errorf("listen on %s: a bermd already serves this socket", path)
 	}
 	_ = os.Remove(path)
-	old := unix.Umask(0o077)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
+	// The socket file is born root-only: its inode's mode is set before bind, which creates
+	// the file with it. Not with umask, which is the whole process's: an init forked by a
+	// goroutine meanwhile (the pool warms sandboxes from the start) would keep umask 077 and
+	// make the call's directories unreachable for its tool.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) { err = unix.Fchmod(int(fd), 0o600) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	l, err := lc.Listen(context.Background(), "unix", path)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
+	ln := l.(*net.UnixListener)
 	// The file is removed by removeSocket, and only while it is still ours: after an idle
 	// exit a new bermd may already listen on the same path.
 	ln.SetUnlinkOnClose(false)
