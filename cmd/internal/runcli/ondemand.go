@@ -127,8 +127,14 @@ func spawnDaemon(bermd, socket string, idle time.Duration, logPath string) error
 	// bermd outlives this call by minutes: it must not keep what the caller's parents left
 	// open without close-on-exec (a pipe a caller reads to its end, a held flock).
 	closeInheritedOnExec()
-	args := []string{"bermd", "--socket", socket, "--idle-exit", idle.String(), "--metrics", ""}
+	abs, err := filepath.Abs(socket)
+	if err != nil {
+		return err
+	}
+	args := []string{"bermd", "--socket", abs, "--idle-exit", idle.String(), "--metrics", ""}
 	p, err := os.StartProcess(bermd, args, &os.ProcAttr{
+		// Not the caller's directory: a daemon that stays would keep its file system busy.
+		Dir:   "/",
 		Files: []*os.File{null, logf, logf},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
