@@ -56,18 +56,17 @@ func (i *idleState) check() {
 	if i.active > 0 || i.done {
 		return
 	}
-	f, err := os.OpenFile(i.lockPath, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-	if err == nil {
-		if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// A lock that cannot be opened (its directory removed, as the socket's) is one no caller
+	// holds: leave. Only a lock held by a caller (about to reach us) keeps us.
+	if f, err := os.OpenFile(i.lockPath, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600); err == nil {
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			f.Close()
+			i.timer.Reset(min(i.after, time.Second))
+			return
 		}
+		i.lock = f
 	}
-	if err != nil {
-		// A caller holds the lock (its call is about to reach us): look again soon.
-		i.timer.Reset(min(i.after, time.Second))
-		return
-	}
-	i.lock, i.done = f, true
+	i.done = true
 	close(i.fired)
 }
 

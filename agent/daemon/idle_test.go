@@ -80,3 +80,18 @@ func TestSocketIsNeverTakenOver(t *testing.T) {
 		t.Fatal("the first server's Close removed the second server's socket")
 	}
 }
+
+// A server whose socket directory was removed (a test's temporary directory, a cleaned /run)
+// still leaves when idle: no caller can hold a lock that cannot be opened.
+func TestIdleExitWithItsDirectoryGone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := listen(t, filepath.Join(dir, "bermd.sock"), 20*time.Millisecond)
+	defer s.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, s)
+}

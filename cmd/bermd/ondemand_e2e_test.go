@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
@@ -79,6 +80,10 @@ func stopDaemons(t *testing.T, socket string, pids *[]int) {
 		if t.Failed() {
 			log, _ := os.ReadFile(filepath.Join(filepath.Dir(socket), "bermd.log"))
 			t.Logf("log of the bermd started on demand:\n%s", log)
+		}
+		// One the test did not get to record (it failed first) answers on the socket.
+		if callproto.Available(socket) {
+			*pids = append(*pids, daemonPID(t, socket))
 		}
 		for _, pid := range *pids {
 			if alive(pid) {
