@@ -11,6 +11,8 @@ out=.bench/results.md
   echo
   echo "$(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), $(nproc) cores"
   echo
+  # Launch latency and its per-phase breakdown, berm run without a running bermd (embedded and
+  # on demand), syscall costs, and a soak of 10k calls with floods (≈2–3 min; --soak 0 skips it).
   go run ./testenv/bench/launch --bin bin
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s"; do

@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -34,32 +36,72 @@ type Launcher func(req *callproto.Request, stdio [3]*os.File, stops <-chan callp
 type Server struct {
 	Launch Launcher
 	Log    *slog.Logger
+	// IdleExit, when positive, makes Idle fire once no call has run for that long (a bermd
+	// started on demand by `berm run`).
+	IdleExit time.Duration
+	// Served, when set, hears of every call served, with the times of its phases.
+	Served func(Served)
 
-	ln     net.Listener
-	wg     sync.WaitGroup
-	ctx    context.Context
-	cancel context.CancelFunc
+	path      string
+	ino       uint64 // the socket file this server created: only that one is removed at the end
+	ln        *net.UnixListener
+	wg        sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+	idle      idleState
+	closeOnce sync.Once
 }
 
-// Listen creates the socket, readable and writable by root only.
+// Listen creates the socket, readable and writable by root only. A socket a bermd answers on
+// is that bermd's: taking it over would leave it serving no one, so Listen refuses.
 func (s *Server) Listen(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return fmt.Errorf("create socket dir: %w", err)
 	}
+	if callproto.Available(path) {
+		return fmt.Errorf("listen on %s: a bermd already serves this socket", path)
+	}
 	_ = os.Remove(path)
-	old := unix.Umask(0o077)
-	ln, err := net.Listen("unix", path)
-	unix.Umask(old)
+	// The socket file is born root-only: its inode's mode is set before bind, which creates
+	// the file with it. Not with umask, which is the whole process's: an init forked by a
+	// goroutine meanwhile (the pool warms sandboxes from the start) would keep umask 077 and
+	// make the call's directories unreachable for its tool.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) { err = unix.Fchmod(int(fd), 0o600) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	l, err := lc.Listen(context.Background(), "unix", path)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
+	ln := l.(*net.UnixListener)
+	// The file is removed by removeSocket, and only while it is still ours: after an idle
+	// exit a new bermd may already listen on the same path.
+	ln.SetUnlinkOnClose(false)
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
-	s.ln = ln
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		ln.Close()
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	s.path, s.ino, s.ln = path, st.Ino, ln
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.idle.init(s.IdleExit, callproto.CallerLock(path))
 	return nil
+}
+
+// removeSocket removes the socket file if it is still the one Listen created.
+func (s *Server) removeSocket() {
+	var st unix.Stat_t
+	if unix.Stat(s.path, &st) == nil && st.Ino == s.ino {
+		_ = os.Remove(s.path)
+	}
 }
 
 // Serve accepts connections until Close.
@@ -80,11 +122,32 @@ func (s *Server) Serve() error {
 	}
 }
 
+// Idle is closed once the server has been idle for IdleExit; then Drain, and exit.
+func (s *Server) Idle() <-chan struct{} { return s.idle.fired }
+
+// Drain stops accepting and waits for the calls in flight to end on their own: the end of a
+// bermd that exits when idle.
+func (s *Server) Drain() {
+	s.stopListening()
+	s.wg.Wait()
+	s.idle.release()
+}
+
 // Close stops accepting, interrupts the calls in flight and waits for their records.
 func (s *Server) Close() error {
-	err := s.ln.Close()
+	err := s.stopListening()
 	s.cancel()
 	s.wg.Wait()
+	s.idle.release()
+	return err
+}
+
+func (s *Server) stopListening() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.removeSocket()
+		err = s.ln.Close()
+	})
 	return err
 }
 
@@ -101,6 +164,9 @@ func peerIsRoot(c *net.UnixConn) bool {
 }
 
 func (s *Server) handle(conn *net.UnixConn) {
+	sv := Served{Accepted: time.Now()}
+	s.idle.begin()
+	defer s.idle.end()
 	defer conn.Close()
 	enc := json.NewEncoder(conn)
 	refuse := func(format string, args ...any) {
@@ -128,6 +194,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 		refuse("read run request: %v", err)
 		return
 	}
+	sv.Request = time.Now()
 
 	// Whatever the client sends next is an interrupt; its going away is one too.
 	stops := make(chan callproto.Stop, 4)
@@ -157,10 +224,16 @@ func (s *Server) handle(conn *net.UnixConn) {
 		}
 	}()
 	rep := s.Launch(&req, stdio, stops)
+	sv.Launched = time.Now()
 	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
 		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
 	}
 	_ = enc.Encode(rep)
+	sv.Replied = time.Now()
+	if s.Served != nil {
+		sv.CallID, sv.Record = req.CallID, rep.Record
+		s.Served(sv)
+	}
 }
 
 // readStdio reads the run magic byte and the caller's stdin, stdout and stderr passed with it.

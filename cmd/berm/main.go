@@ -30,7 +30,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF): try sudo")
 			os.Exit(1)
 		}
-		if o.UseDaemon() {
+		if o.ViaDaemon() {
 			os.Exit(o.Remote())
 		}
 	}

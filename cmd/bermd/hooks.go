@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/rules"
 	"github.com/bermsec/berm/sandboxer"
@@ -85,4 +86,16 @@ func registerPoolMetrics(reg prometheus.Registerer, p *sandboxer.Pool) {
 			return 0
 		}),
 	)
+}
+
+// logServed writes a debug line per call with the times of its phases (unix nanoseconds),
+// which the launch benchmark joins with the call's timeline for a per-phase breakdown.
+func logServed(log *slog.Logger, sv daemon.Served) {
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	p := sv.Phases()
+	log.Debug("call served", "call_id", sv.CallID, "accepted_ns", sv.Accepted.UnixNano(), "request_ns", sv.Request.UnixNano(),
+		"launched_ns", sv.Launched.UnixNano(), "replied_ns", sv.Replied.UnixNano(),
+		"connect", p.Connect, "prepare", p.Prepare, "run", p.Run, "reply", p.Reply)
 }

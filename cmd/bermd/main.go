@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,9 +34,13 @@ func main() {
 	noRules := flag.Bool("no-rules", false, "evaluate no detection rules")
 	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
 	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
+	pprofOn := flag.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (profiles of a bermd whose latency degrades)")
+	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
+	var level slog.Level
+	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -52,6 +57,8 @@ type options struct {
 	rules                                []string
 	noRules                              bool
 	warm                                 int
+	idleExit                             time.Duration
+	pprof                                bool
 }
 
 func run(log *slog.Logger, o options) error {
@@ -64,6 +71,9 @@ func run(log *slog.Logger, o options) error {
 	}
 	if o.warm < 0 {
 		return fmt.Errorf("--warm: expected 0 or more sandboxes per tenant, got %d", o.warm)
+	}
+	if o.idleExit < 0 {
+		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -86,6 +96,12 @@ func run(log *slog.Logger, o options) error {
 	if o.metrics != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if o.pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
 			return fmt.Errorf("metrics on %s: %w", o.metrics, err)
@@ -111,7 +127,11 @@ func run(log *slog.Logger, o options) error {
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath}
-	srv := &daemon.Server{Launch: svc.Launch, Log: log}
+	phases := daemon.NewPhaseMetrics(reg)
+	srv := &daemon.Server{Launch: svc.Launch, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
+		phases.Observe(sv)
+		logServed(log, sv)
+	}}
 	if err := srv.Listen(o.socket); err != nil {
 		return err
 	}
@@ -126,8 +146,15 @@ func run(log *slog.Logger, o options) error {
 	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn); err != nil {
 		return err
 	}
-	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir)
-	<-ctx.Done()
-	log.Info("bermd stopping")
+	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir, "idle_exit", o.idleExit)
+	select {
+	case <-ctx.Done():
+		log.Info("bermd stopping")
+	case <-srv.Idle():
+		// Started on demand: no call for the idle time. The socket goes first, so the next
+		// `berm run` starts a new bermd rather than reach one that is leaving.
+		log.Info("bermd idle, exiting", "idle_exit", o.idleExit)
+		srv.Drain()
+	}
 	return nil
 }

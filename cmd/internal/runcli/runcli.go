@@ -101,7 +101,7 @@ func Parse(args []string) (*Options, error) {
 	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp (default: the policy's)")
 	fs.Var((*listFlag)(&o.Envs), "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
 	fs.Var((*listFlag)(&o.TracedNames), "trace-syscall", "also report this syscall one by one (repeatable)")
-	fs.StringVar(&o.Daemon, "daemon", "auto", "auto: use bermd when it runs and --state-dir is not given; never; required")
+	fs.StringVar(&o.Daemon, "daemon", daemonDefault(), "auto: use bermd, started on demand when none runs (not with --state-dir); running: use bermd only when it runs; never; required (default: $BERM_DAEMON, else auto)")
 	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
 	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
 	fs.BoolVar(&o.NoRules, "no-rules", false, "evaluate no detection rules (embedded agent only)")
@@ -121,8 +121,8 @@ func Parse(args []string) (*Options, error) {
 			r.Explicit = append(r.Explicit, f.Name)
 		}
 	})
-	if o.Daemon != "auto" && o.Daemon != "never" && o.Daemon != "required" {
-		fmt.Fprintf(os.Stderr, "berm run: --daemon: expected auto, never or required, got %q\n", o.Daemon)
+	if !validDaemon(o.Daemon) {
+		fmt.Fprintf(os.Stderr, "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got %q\n", o.Daemon)
 		return nil, flag.ErrHelp
 	}
 	if r.CallID == "" {
@@ -138,9 +138,10 @@ func Parse(args []string) (*Options, error) {
 	return o, nil
 }
 
-// UseDaemon says whether bermd runs this call.
+// UseDaemon says whether a running bermd runs this call (see ViaDaemon for one started on
+// demand).
 func (o *Options) UseDaemon() bool {
-	return o.Daemon == "required" || (o.Daemon == "auto" && !o.StateDirGiven && callproto.Available(o.Socket))
+	return o.Daemon == "required" || ((o.Daemon == "auto" || o.Daemon == "running") && !o.StateDirGiven && callproto.Available(o.Socket))
 }
 
 func newCallID() string {

