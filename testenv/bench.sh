@@ -12,6 +12,7 @@ out=.bench/results.md
   echo "$(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), $(nproc) cores"
   echo
   go run ./testenv/bench/launch --bin bin
+  echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s"; do
     set -- $spec
