@@ -23,14 +23,15 @@ import (
 const innocentScript = `for i in $(seq %d); do : > f$i; done; rm -f f*`
 
 // floodScript floods until told to stop: every getppid of sysloop is an event.
-const floodScript = `while [ ! -e stop ]; do ./sysloop %d >/dev/null; done`
+const floodScript = `while [ ! -e stop ]; do ./sysloop %d >/dev/null || exit; done`
 
 func main() {
 	bin := flag.String("bin", "bin", "directory with berm and bermd")
 	innocents := flag.Int("innocents", 20, "innocent calls, with and without the flood")
 	files := flag.Int("files", 200, "files each innocent call creates and deletes")
 	rounds := flag.Int("rounds", 5, "rounds of each syscall cost measurement")
-	audited := flag.Int("audited", 2_000_000, "syscalls of the fully audited call whose trail is timed")
+	audited := flag.Int("audited", 2_000_000, "syscalls of each fully audited call whose trail is timed")
+	auditRounds := flag.Int("audited-rounds", 3, "fully audited calls timed")
 	floodChunk := flag.Int("flood-chunk", 1_000_000, "syscalls of each sysloop the flooding call repeats")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
@@ -75,25 +76,27 @@ func main() {
 			"--trace-syscall", "getppid", "--", "./sysloop", strconv.Itoa(costCalls))...)))
 	}
 
-	// Kernel to journal: one fully audited call alone, bermd's CPU time around it.
-	d.Settle()
+	// Kernel to journal: fully audited calls alone, bermd's CPU time around each.
 	pid := d.Cmd.Process.Pid
-	cpu0, err := cpuTime(pid)
-	benchkit.Must(err)
-	t0 := time.Now()
-	benchkit.Output(berm, run("audited", "bench", ws, auditPol,
-		"--trace-syscall", "getppid", "--", "./sysloop", strconv.Itoa(*audited))...)
-	auditWall := time.Since(t0)
-	cpu1, err := cpuTime(pid)
-	benchkit.Must(err)
+	var audits []auditRun
+	for i := 0; i < *auditRounds; i++ {
+		d.Settle()
+		cpu0, err := cpuTime(pid)
+		benchkit.Must(err)
+		t0 := time.Now()
+		benchkit.Output(berm, run(fmt.Sprintf("audited-%d", i), "bench", ws, auditPol,
+			"--trace-syscall", "getppid", "--", "./sysloop", strconv.Itoa(*audited))...)
+		wall := time.Since(t0)
+		cpu1, err := cpuTime(pid)
+		benchkit.Must(err)
+		audits = append(audits, auditRun{wall: wall, cpu: cpu1 - cpu0})
+	}
 
 	// The innocents alone, then beside the flood. The flooder repeats sysloop until the
 	// innocents are done (a file in its workspace says so), so that every innocent runs beside it.
 	base := runInnocents(d, berm, work, "base", *innocents, *files, run)
-	fws := benchkit.Workspace(work, "flood")
-	benchkit.Must(os.Link(sysloop, filepath.Join(fws, "sysloop")))
 	d.Settle()
-	flood := exec.Command(berm, run("flooder", "noisy", fws, floodPol, "--trace-syscall", "getppid", "--",
+	flood := exec.Command(berm, run("flooder", "noisy", ws, floodPol, "--trace-syscall", "getppid", "--",
 		"sh", "-c", fmt.Sprintf(floodScript, *floodChunk))...)
 	flood.Stderr = os.Stderr
 	benchkit.Must(flood.Start())
@@ -108,7 +111,7 @@ func main() {
 	floodWall := time.Since(ft0)
 	fcpu1, err := cpuTime(pid)
 	benchkit.Must(err)
-	benchkit.Must(os.WriteFile(filepath.Join(fws, "stop"), nil, 0o644))
+	benchkit.Must(os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644))
 	benchkit.Must(<-floodDone)
 
 	recs := records(berm, state)
@@ -125,10 +128,13 @@ func main() {
 	rep := report{
 		innocents: *innocents, files: *files, floodChunk: *floodChunk, flooder: flooder,
 		floodWall: floodWall, floodCPU: fcpu1 - fcpu0,
-		base:    summarize(recs, dels, "base", base, nil),
-		flood:   summarize(recs, dels, "flood", during, beside),
-		audited: record(recs, "audited"), auditedN: *audited, auditWall: auditWall, auditCPU: cpu1 - cpu0,
+		base:   summarize(recs, dels, "base", base, nil),
+		flood:  summarize(recs, dels, "flood", during, beside),
+		audits: audits, auditedN: *audited,
 		rounds: *rounds, bare: benchkit.Median(bare), outside: benchkit.Median(outside), traced: benchkit.Median(traced),
+	}
+	for i := range rep.audits {
+		rep.audits[i].call = record(recs, fmt.Sprintf("audited-%d", i))
 	}
 	rep.print()
 }
