@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
@@ -36,12 +38,19 @@ func record(m map[string]audit.Call, id string) audit.Call {
 
 var fileRE = regexp.MustCompile(`^f[0-9]+$`)
 
-// deletions counts, for each call of keys (call key -> caller's id), the distinct successful
-// unlinks of the innocent script's files in its trail: the events a lossy trail would miss
-// first, each one its own event. One pass over the journal, as `berm timeline` reads it, for
-// all the calls at once.
-func deletions(state string, keys map[string]string) map[string]int {
-	seen := map[string]map[string]bool{}
+// trail is what the benchmark reads from one call's events.
+type trail struct {
+	deletions   int       // distinct successful unlinks of the innocent script's files
+	first, last time.Time // the call's first and last event of the tool, as the kernel timed them
+}
+
+// trails reads, for each call of keys (call key -> caller's id), its events in the journal, as
+// `berm timeline` reads them, in one pass for all the calls at once. Deletions are the events a
+// lossy trail would miss first (each one its own event); first and last tell how long the tool
+// ran and how long its call took to end after its last event.
+func trails(state string, keys map[string]string) map[string]*trail {
+	out := map[string]*trail{}
+	seen := map[string]bool{}
 	res, err := journal.Scan(filepath.Join(state, "journal"), journal.Position{}, func(r journal.Record) error {
 		if r.Type != journal.TypeEvents {
 			return nil
@@ -52,13 +61,24 @@ func deletions(state string, keys map[string]string) map[string]int {
 		}
 		for _, e := range batch {
 			id, ok := keys[e.Key()]
-			if !ok || e.Syscall == nil || !strings.HasPrefix(e.Syscall.Name, "unlink") || e.Syscall.Result != 0 || !fileRE.MatchString(e.Syscall.Path) {
+			if !ok || e.Phase == event.PhaseSetup || e.Kind == event.KindAggregate || e.Kind == event.KindDrop {
 				continue
 			}
-			if seen[id] == nil {
-				seen[id] = map[string]bool{}
+			t := out[id]
+			if t == nil {
+				t = &trail{first: e.Time}
+				out[id] = t
 			}
-			seen[id][e.Syscall.Path] = true
+			if e.Time.Before(t.first) {
+				t.first = e.Time
+			}
+			if e.Time.After(t.last) {
+				t.last = e.Time
+			}
+			if e.Syscall != nil && strings.HasPrefix(e.Syscall.Name, "unlink") && e.Syscall.Result == 0 && fileRE.MatchString(e.Syscall.Path) && !seen[id+"\x00"+e.Syscall.Path] {
+				seen[id+"\x00"+e.Syscall.Path] = true
+				t.deletions++
+			}
 		}
 		return nil
 	})
@@ -66,9 +86,5 @@ func deletions(state string, keys map[string]string) map[string]int {
 	if len(res.Problems) > 0 {
 		benchkit.Must(fmt.Errorf("journal has %d damaged records, first: %s", len(res.Problems), res.Problems[0]))
 	}
-	n := map[string]int{}
-	for id, s := range seen {
-		n[id] = len(s)
-	}
-	return n
+	return out
 }

@@ -124,12 +124,12 @@ func main() {
 	for id, c := range recs {
 		keys[c.Start.Key()] = id
 	}
-	dels := deletions(state, keys)
+	tr := trails(state, keys)
 	rep := report{
 		innocents: *innocents, files: *files, floodChunk: *floodChunk, flooder: flooder,
 		floodWall: floodWall, floodCPU: fcpu1 - fcpu0,
-		base:   summarize(recs, dels, "base", base, nil),
-		flood:  summarize(recs, dels, "flood", during, beside),
+		base:   summarize(recs, tr, "base", base, nil),
+		flood:  summarize(recs, tr, "flood", during, beside),
 		audits: audits, auditedN: *audited,
 		rounds: *rounds, bare: benchkit.Median(bare), outside: benchkit.Median(outside), traced: benchkit.Median(traced),
 	}

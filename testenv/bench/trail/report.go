@@ -16,14 +16,16 @@ type innocentSet struct {
 	deletions            int    // distinct deletions in their timelines, all calls
 	p50, p99             time.Duration
 	run50, run99         time.Duration // the call itself, record start (sandbox set up) to end
+	span50, span99       time.Duration // the tool, its first event to its last
+	lag50, lag99         time.Duration // the call's end (its record) after its last event
 	reasons              []string
 }
 
 // summarize sums up the records and deletions of the calls tag-0..tag-(n-1); beside, when set,
 // says whether a call ran entirely during the flood.
-func summarize(recs map[string]audit.Call, dels map[string]int, tag string, lat []time.Duration, beside func(audit.Call) bool) innocentSet {
+func summarize(recs map[string]audit.Call, tr map[string]*trail, tag string, lat []time.Duration, beside func(audit.Call) bool) innocentSet {
 	s := innocentSet{n: len(lat), p50: benchkit.Pct(lat, .5), p99: benchkit.Pct(lat, .99)}
-	var runs []time.Duration
+	var runs, spans, lags []time.Duration
 	for i := range lat {
 		id := fmt.Sprintf("%s-%d", tag, i)
 		c := record(recs, id)
@@ -43,9 +45,17 @@ func summarize(recs map[string]audit.Call, dels map[string]int, tag string, lat 
 		if beside != nil && beside(c) {
 			s.beside++
 		}
-		s.deletions += dels[id]
+		if t := tr[id]; t != nil {
+			s.deletions += t.deletions
+			spans = append(spans, t.last.Sub(t.first))
+			lags = append(lags, r.End.Sub(t.last))
+		} else {
+			benchkit.Must(fmt.Errorf("call %s has no events in the journal", id))
+		}
 	}
 	s.run50, s.run99 = benchkit.Pct(runs, .5), benchkit.Pct(runs, .99)
+	s.span50, s.span99 = benchkit.Pct(spans, .5), benchkit.Pct(spans, .99)
+	s.lag50, s.lag99 = benchkit.Pct(lags, .5), benchkit.Pct(lags, .99)
 	return s
 }
 
@@ -87,6 +97,10 @@ func (r report) print() {
 	fmt.Printf("| latency p99 | %s | %s (x%.2f) |\n", benchkit.MS(b.p99), benchkit.MS(f.p99), ratio(f.p99, b.p99))
 	fmt.Printf("| of which the call, sandbox set up to record (p50 / p99) | %s / %s | %s / %s |\n",
 		benchkit.MS(b.run50), benchkit.MS(b.run99), benchkit.MS(f.run50), benchkit.MS(f.run99))
+	fmt.Printf("| of which the tool, first event to last (p50 / p99) | %s / %s | %s / %s |\n",
+		benchkit.MS(b.span50), benchkit.MS(b.span99), benchkit.MS(f.span50), benchkit.MS(f.span99))
+	fmt.Printf("| of which the end, last event to record (p50 / p99) | %s / %s | %s / %s |\n",
+		benchkit.MS(b.lag50), benchkit.MS(b.lag99), benchkit.MS(f.lag50), benchkit.MS(f.lag99))
 	for _, why := range append(b.reasons, f.reasons...) {
 		fmt.Printf("\nincomplete: %s\n", audit.Safe(why))
 	}
