@@ -17,6 +17,7 @@ type innocentSet struct {
 	p50, p99             time.Duration
 	run50, run99         time.Duration // the call itself, record start (sandbox set up) to end
 	span50, span99       time.Duration // the tool, its first event to its last
+	lead50, lead99       time.Duration // the sandbox set up to the tool\'s first event
 	lag50, lag99         time.Duration // the call's end (its record) after its last event
 	reasons              []string
 }
@@ -25,7 +26,7 @@ type innocentSet struct {
 // says whether a call ran entirely during the flood.
 func summarize(recs map[string]audit.Call, tr map[string]*trail, tag string, lat []time.Duration, beside func(audit.Call) bool) innocentSet {
 	s := innocentSet{n: len(lat), p50: benchkit.Pct(lat, .5), p99: benchkit.Pct(lat, .99)}
-	var runs, spans, lags []time.Duration
+	var runs, leads, spans, lags []time.Duration
 	for i := range lat {
 		id := fmt.Sprintf("%s-%d", tag, i)
 		c := record(recs, id)
@@ -47,6 +48,7 @@ func summarize(recs map[string]audit.Call, tr map[string]*trail, tag string, lat
 		}
 		if t := tr[id]; t != nil {
 			s.deletions += t.deletions
+			leads = append(leads, t.first.Sub(r.Start))
 			spans = append(spans, t.last.Sub(t.first))
 			lags = append(lags, r.End.Sub(t.last))
 		} else {
@@ -54,6 +56,7 @@ func summarize(recs map[string]audit.Call, tr map[string]*trail, tag string, lat
 		}
 	}
 	s.run50, s.run99 = benchkit.Pct(runs, .5), benchkit.Pct(runs, .99)
+	s.lead50, s.lead99 = benchkit.Pct(leads, .5), benchkit.Pct(leads, .99)
 	s.span50, s.span99 = benchkit.Pct(spans, .5), benchkit.Pct(spans, .99)
 	s.lag50, s.lag99 = benchkit.Pct(lags, .5), benchkit.Pct(lags, .99)
 	return s
@@ -97,6 +100,8 @@ func (r report) print() {
 	fmt.Printf("| latency p99 | %s | %s (x%.2f) |\n", benchkit.MS(b.p99), benchkit.MS(f.p99), ratio(f.p99, b.p99))
 	fmt.Printf("| of which the call, sandbox set up to record (p50 / p99) | %s / %s | %s / %s |\n",
 		benchkit.MS(b.run50), benchkit.MS(b.run99), benchkit.MS(f.run50), benchkit.MS(f.run99))
+	fmt.Printf("| of which the start, sandbox set up to the tool's first event (p50 / p99) | %s / %s | %s / %s |\n",
+		benchkit.MS(b.lead50), benchkit.MS(b.lead99), benchkit.MS(f.lead50), benchkit.MS(f.lead99))
 	fmt.Printf("| of which the tool, first event to last (p50 / p99) | %s / %s | %s / %s |\n",
 		benchkit.MS(b.span50), benchkit.MS(b.span99), benchkit.MS(f.span50), benchkit.MS(f.span99))
 	fmt.Printf("| of which the end, last event to record (p50 / p99) | %s / %s | %s / %s |\n",
