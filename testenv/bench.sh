@@ -14,6 +14,7 @@ out=.bench/results.md
   # Launch latency and its per-phase breakdown, berm run without a running bermd (embedded and
   # on demand), syscall costs, and a soak of 10k calls with floods (≈2–3 min; --soak 0 skips it).
   go run ./testenv/bench/launch --bin bin
+  echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s"; do
     set -- $spec
