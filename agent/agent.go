@@ -225,6 +225,10 @@ type Call struct {
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
 	// traced like everything else but not judged as the tool's.
 	initPID uint32
+	initExe string
+	// toolStarted: a child of the init executed something other than the init's binary (the
+	// tool). From then on, the init's children are the tool's (orphans it reaps), not set-up.
+	toolStarted bool
 
 	// The call's own pipeline stage (callworker.go): the decoder hands it the call's events
 	// and never waits for it, so one call's slow or voluminous events delay only that call.
@@ -254,8 +258,10 @@ type CallOptions struct {
 	// enforce its egress policy, and a call that needs them is refused when they are missing.
 	Network bool `json:"network"`
 	// InitPID is the sandbox init, already in the cgroup when the call begins: its set-up is
-	// berm's, not the tool's, and is not judged.
+	// berm's, not the tool's, and is not judged. So is its child's until that child executes
+	// the tool (the tool's stage, running the init's own binary, InitExe).
 	InitPID uint32 `json:"init_pid,omitempty"`
+	InitExe string `json:"init_exe,omitempty"` // the init binary's file name (default berm-init)
 	// EventBudget is how many events the call records one by one (0: DefaultEventBudget);
 	// past it, high-volume kinds are aggregated per kind and object.
 	EventBudget int64 `json:"event_budget,omitempty"`
@@ -291,7 +297,10 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe}
+	if c.initExe == "" {
+		c.initExe = "berm-init"
+	}
 	c.agg.budget = uint64(DefaultEventBudget)
 	if opts.EventBudget > 0 {
 		c.agg.budget = uint64(opts.EventBudget)
@@ -597,7 +606,7 @@ func (a *Agent) lookup(cgroup uint64) *Call {
 // append gives the event its place in the call's stream and runs the subscribers. Only the
 // call's worker calls it.
 func (a *Agent) append(c *Call, ev event.Event) {
-	setup := ev.PID != 0 && ev.PID == c.initPID
+	setup := c.setupEvent(&ev)
 	if setup {
 		ev.Phase = event.PhaseSetup
 	}
@@ -755,4 +764,21 @@ func (a *Agent) keepJournal() {
 		case <-t.C:
 		}
 	}
+}
+
+// setupEvent says whether ev is berm's own set-up: the init's, or its child's (the tool's stage)
+// before that child executes the tool. Only the worker calls it (events in order).
+func (c *Call) setupEvent(ev *event.Event) bool {
+	switch {
+	case ev.PID == 0:
+		return false
+	case ev.PID == c.initPID:
+		return true
+	case c.toolStarted || ev.PPID != c.initPID:
+		return false
+	case ev.Kind == event.KindExec && ev.Exec != nil && ev.Exec.ExeName != c.initExe:
+		c.toolStarted = true
+		return false
+	}
+	return true
 }

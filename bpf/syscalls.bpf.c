@@ -29,6 +29,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define NR_creat 85
 #define NR_openat 257
 #define NR_openat2 437
+#define NR_NONE 0xffffffff /* a consumed capture */
 
 #define AT_FDCWD -100
 #define AF_UNIX 1
@@ -355,7 +356,13 @@ static __noinline int emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt
 	}
 	if (e->source == BERM_SRC_NONE) {
 		struct pending *p = pending_of(task, 0);
+		if (!p || p->nr != nr) {
+			/* no entry (refused by seccomp before the tracepoint): read what was refused */
+			capture(regs, nr);
+			p = pending_of(task, 0);
+		}
 		if (p && p->nr == nr && p->source == BERM_SRC_USER) {
+			p->nr = NR_NONE; /* consumed: a later syscall never reads this one's arguments */
 			e->path = p->path;
 			e->source = BERM_SRC_USER;
 			off = put_str(r, off, p->p1, p->path.len);
@@ -403,6 +410,7 @@ static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long r
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	struct pending *p = pending_of(task, 0);
 	if (p && p->nr == NR_connect && p->source == BERM_SRC_USER) {
+		p->nr = NR_NONE;
 		e->source = BERM_SRC_USER;
 		e->addrlen = p->addrlen;
 		__u16 family = *(__u16 *)p->addr;
@@ -463,7 +471,14 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	e->path2.len = 0;
 	e->path2.full = 0;
 	struct pending *p = pending_of(task, 0);
+	if (!p || p->nr != nr) {
+		/* The entry tracepoint did not run: seccomp refused the call before it. Nothing was
+		 * done with the arguments, so reading them now is reading what was refused. */
+		capture(regs, nr);
+		p = pending_of(task, 0);
+	}
 	if (p && p->nr == nr) {
+		p->nr = NR_NONE;
 		e->source = p->source;
 		e->source2 = p->source2;
 		e->path = p->path;

@@ -211,9 +211,12 @@ libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init()
 print("fd", fd, "errno", ctypes.get_errno())
 `
-	waitHog := background(t, t.TempDir(), "--call-id", "inotify-hog", "--timeout", "60s", "--workspace", ws, "--", "python3", "-c", hog)
+	// inotify is refused by default (spec.syscalls.denyFileWatch): a policy that allows it.
+	pol := filepath.Join(t.TempDir(), "watch.yaml")
+	os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: watch}\nspec:\n  syscalls: {denyFileWatch: false}\n"), 0o644)
+	waitHog := background(t, t.TempDir(), "--call-id", "inotify-hog", "--timeout", "60s", "--workspace", ws, "--policy", pol, "--", "python3", "-c", hog)
 	waitFile(t, filepath.Join(ws, "ready"))
-	r := run(t, t.TempDir(), "--call-id", "inotify-other", "--workspace", ws, "--", "python3", "-c", other)
+	r := run(t, t.TempDir(), "--call-id", "inotify-other", "--workspace", ws, "--policy", pol, "--", "python3", "-c", other)
 	os.WriteFile(filepath.Join(ws, "done"), nil, 0o644)
 	h := waitHog()
 	if h.Exit != 0 || !strings.Contains(h.Stdout, "errno 24") {

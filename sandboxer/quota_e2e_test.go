@@ -152,12 +152,14 @@ func TestLeftoversAreRemovedAndReported(t *testing.T) {
 			passwd, _ := lstat(t, "/etc/passwd")
 			hostSuid, _ := lstat(t, filepath.Join(host, "suid"))
 
+			// Setting setuid/setgid bits is refused in the call (the launcher's set-id filter):
+			// the sweep is the second line, for what a filter cannot see.
 			script := `set -e
-touch evil && chmod 4755 evil
-touch gid && chmod 2755 gid
+touch evil && chmod 755 evil && ! chmod 4755 evil
+touch gid && chmod 755 gid && ! chmod 2755 gid
 mkfifo result.csv
 python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'
-mkdir -p deep/a/b && mkfifo deep/a/b/pipe && touch deep/a/b/s && chmod 4755 deep/a/b/s
+mkdir -p deep/a/b && mkfifo deep/a/b/pipe && touch deep/a/b/s && chmod 755 deep/a/b/s && ! chmod 4755 deep/a/b/s
 ln -s /etc/passwd passwd
 ln -s ` + host + `/suid suid-link
 ln -s ` + host + `/fifo fifo-link
@@ -205,9 +207,6 @@ ln -s ` + host + ` deep/a/hostdir`
 				special = "kept (spec.filesystem.allowSpecialFiles)"
 			}
 			want := map[string]event.Leftover{
-				"evil":          {Path: "evil", Kind: "setuid", Action: "cleared"},
-				"gid":           {Path: "gid", Kind: "setgid", Action: "cleared"},
-				"deep/a/b/s":    {Path: "deep/a/b/s", Kind: "setuid", Action: "cleared"},
 				"result.csv":    {Path: "result.csv", Kind: "fifo", Action: special},
 				"sock":          {Path: "sock", Kind: "socket", Action: special},
 				"deep/a/b/pipe": {Path: "deep/a/b/pipe", Kind: "fifo", Action: special},

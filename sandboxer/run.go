@@ -195,7 +195,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid),
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
 		EventBudget: env.compiled.EventBudget,
 	})
 	if err != nil {
@@ -489,4 +489,12 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// initExe is the file name the init's binary runs under, as the kernel names an exec of it.
+func initExe(path string) string {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	return filepath.Base(path)
 }

@@ -211,11 +211,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		return fs(path, landlock.Execute, 0)
 	case ev.Syscall != nil:
 		sc := ev.Syscall
-		if d := p.noexecDenial(sc); d != nil {
-			return d
-		}
 		// The arguments are the registers at the syscall's exit, the ones the filter read at
-		// its entry: the rule found here is the filter's decision.
+		// its entry: the rule found here is the filter's decision. The filter runs before the
+		// kernel's own checks (noexec mounts, vm.memfd_noexec), so its refusal names first.
 		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args); ok && r.Action != "allow" {
 			rule := r.Name
 			if cr, ok := p.Compiled.RuleByID(r.RuleID); ok {
@@ -227,6 +225,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 				return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: rule, Object: sc.Name, Audit: audit}
 			}
 			return nil
+		}
+		if d := p.noexecDenial(sc); d != nil {
+			return d
 		}
 		// Raw and packet sockets are refused by the capability check before any cgroup hook
 		// runs (the call has no CAP_NET_RAW): name that refusal here.
