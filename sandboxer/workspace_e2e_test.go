@@ -106,7 +106,16 @@ python3 memfd.py`
 	tl := bermbin.Timeline(t, state, "noexec")
 	var mmaps, memfds, fdExecs int
 	for _, e := range tl.Events {
-		if e.Kind != event.KindDenial || e.Denial.Layer != "mount" {
+		if e.Kind != event.KindDenial {
+			continue
+		}
+		// The MFD_EXEC memfd is the seccomp filter's to refuse first (denyExecutableMemfd),
+		// before the kernel's vm.memfd_noexec would.
+		if e.Denial.Layer == event.LayerSeccomp && e.Denial.Object == "memfd_create" && strings.Contains(e.Denial.Rule, "denyExecutableMemfd") {
+			memfds++
+			continue
+		}
+		if e.Denial.Layer != event.LayerMount {
 			continue
 		}
 		switch {
