@@ -24,6 +24,9 @@ type idleState struct {
 }
 
 func (i *idleState) init(after time.Duration, lockPath string) {
+	// Locked: a short idle time can fire check before the timer is stored.
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	i.after, i.lockPath, i.fired = after, lockPath, make(chan struct{})
 	if after > 0 {
 		i.timer = time.AfterFunc(after, i.check)
