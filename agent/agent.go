@@ -339,7 +339,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return failStarted(err)
 	}
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
-	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit}); err != nil {
+	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe}); err != nil {
 		return failStarted(err)
 	}
 	if err := a.attachLayers(c, opts); err != nil {

@@ -65,6 +65,7 @@ func TestContractLimits(t *testing.T) {
 		{"BERM_MAX_SYSCALLS", len(bpf.WireBermSyscounts{}.N), "berm_syscounts.n"},
 		{"BERM_MAX_SYSCALLS", len(bpf.WireBermCallCfg{}.SysMask) * 64, "berm_call_cfg.sys_mask bits"},
 		{"BERM_CALL_AUDIT", tracer.CallAudit, "tracer.CallAudit"},
+		{"BERM_CALL_SETUP", tracer.CallSetup, "tracer.CallSetup"},
 		{"BERM_PATH_LEN", len(bpf.WireBermLsmDeny{}.Path), "berm_lsm_deny.path"},
 		{"BERM_PATH_MAX", bpf.BermPathMax, "bpf.BermPathMax"},
 		{"BERM_ARGS_MAX", bpf.BermArgsMax, "bpf.BermArgsMax"},

@@ -288,7 +288,7 @@ int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	__u32 slot = cfg->slot;
 	struct berm_syscounts *c = bpf_map_lookup_elem(&berm_syscounts, &slot);
-	if (c)
+	if (c && !(cfg->flags & BERM_CALL_SETUP))
 		c->n[id & (BERM_MAX_SYSCALLS - 1)] += 1;
 	switch (id) {
 	case NR_open:

@@ -388,6 +388,13 @@ func TestSetupIsNotTheToolsTrail(t *testing.T) {
 	if n := tl.Call.Record.Counts.Open; n > 16 {
 		t.Errorf("a call running true counts %d opens: berm's set-up counted as the tool's", n)
 	}
+	// The kernel's per-call syscall counts too: the Landlock rules are berm's, not true's.
+	if n := tl.Call.Record.Syscalls["landlock_add_rule"]; n != 0 {
+		t.Errorf("a call running true counts %d landlock_add_rule: berm's set-up counted as the tool's", n)
+	}
+	if tl.Call.Record.Syscalls["exit_group"] == 0 {
+		t.Errorf("the tool's own syscalls are not counted: %v", tl.Call.Record.Syscalls)
+	}
 	r := bermbin.Berm(t, nil, "timeline", "--state-dir", state, "--json", "--all", "setup-1")
 	var all audit.TimelineJSON
 	if err := json.Unmarshal([]byte(r.Stdout), &all); err != nil {

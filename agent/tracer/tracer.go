@@ -122,6 +122,9 @@ func (t *Tracer) Consumed(slot uint32, bytes uint64) error {
 	return t.proc.BermRingOut.Update(slot, bytes, ebpf.UpdateAny)
 }
 
+// CallSetup is BERM_CALL_SETUP.
+const CallSetup = 2
+
 // CallAudit is BERM_CALL_AUDIT: the enforcement layers record would-be denials and block nothing.
 const CallAudit = 1
 
@@ -147,6 +150,10 @@ type CallConfig struct {
 	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
 	// blocks nothing (policy mode: audit).
 	Audit bool
+	// InitTGID is the sandbox init, InitExe its binary's file name: until a child of the init
+	// executes anything else (the tool), the call's syscalls are set-up, not counted. 0: none.
+	InitTGID uint32
+	InitExe  string
 }
 
 // Register makes the programs report the cgroup's processes as the call in slot.
@@ -157,6 +164,14 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 	v := bpf.WireBermCallCfg{Slot: cfg.Slot}
 	if cfg.Audit {
 		v.Flags |= CallAudit
+	}
+	if cfg.InitTGID != 0 {
+		// Set-up until the init's child executes the tool: its syscalls are not counted.
+		v.Flags |= CallSetup
+		v.InitTgid = cfg.InitTGID
+		for i := 0; i < len(v.InitExe)-1 && i < len(cfg.InitExe); i++ {
+			v.InitExe[i] = int8(cfg.InitExe[i])
+		}
 	}
 	for _, nr := range slices.Concat(cfg.Traced, AlwaysTraced) {
 		if nr >= MaxSyscalls {

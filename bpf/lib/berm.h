@@ -31,8 +31,11 @@ enum berm_op {
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
 struct berm_call_cfg {
 	__u32 slot;      /* index into the per-call counter arrays */
-	__u32 flags;     /* reserved for enforcement flags */
+	__u32 flags;     /* BERM_CALL_* */
 	__u64 sys_mask[BERM_MAX_SYSCALLS / 64]; /* syscalls that get an individual event */
+	__u32 init_tgid; /* the sandbox init: its set-up and its child's are berm's, not the tool's */
+	__u32 pad;
+	char init_exe[BERM_COMM_LEN]; /* the init binary's file name, as an exec of it is named */
 };
 
 /* Every event starts with this header. */
@@ -211,6 +214,9 @@ struct berm_lsm_rule {
 #ifndef BERM_CALL_AUDIT
 #define BERM_CALL_AUDIT 1          /* berm_call_cfg.flags: record would-be denials, block nothing */
 #endif
+/* berm_call_cfg.flags: the tool has not started (no child of the init has executed anything
+ * but the init's binary): syscalls are berm's set-up, not counted as the tool's */
+#define BERM_CALL_SETUP 2
 #define BERM_MAX_NET_ENTRIES 64    /* entries one prefix carries: policy.MaxNetEntries */
 #define BERM_MAX_NET_PREFIXES 4096 /* prefixes of one call's policy (trie entries allocated on use) */
 #define BERM_MAX_SOCK_RULES 16     /* socket(family, type) pairs one call may create */
