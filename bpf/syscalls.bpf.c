@@ -288,7 +288,8 @@ int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	__u32 slot = cfg->slot;
 	struct berm_syscounts *c = bpf_map_lookup_elem(&berm_syscounts, &slot);
-	if (c && !(cfg->flags & BERM_CALL_SETUP))
+	/* Counted as the tool's once it started, and never the init's (it only waits for it). */
+	if (c && !(cfg->flags & BERM_CALL_SETUP) && (bpf_get_current_pid_tgid() >> 32) != cfg->init_tgid)
 		c->n[id & (BERM_MAX_SYSCALLS - 1)] += 1;
 	switch (id) {
 	case NR_open:
