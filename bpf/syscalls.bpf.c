@@ -525,6 +525,10 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 	 * every process makes dozens that succeed. */
 	if ((nr == 59 || nr == 322 || nr == 9 || nr == 10) && ret >= 0)
 		return 0;
+	/* ioctl is traced for the filter's refusals (TIOCSTI, TIOCLINUX: EPERM); the hundreds a
+	 * tool makes that work, or fail on their own (ENOTTY), are not the trail's. */
+	if (nr == 16 && ret != -1)
+		return 0;
 	if (traced(cfg, nr))
 		emit_syscall(cfg, cgid, regs, nr, ret);
 	return 0;
