@@ -249,6 +249,8 @@ type Call struct {
 // CallOptions say how to trace a call.
 type CallOptions struct {
 	Traced []uint32 `json:"traced"` // syscalls reported one by one
+	// RefusalsOnly are the syscalls of Traced reported only when refused (EPERM).
+	RefusalsOnly []uint32 `json:"refusals_only,omitempty"`
 	// Policy is the call's compiled policy (its network and file rules go to the kernel
 	// layers); Judge names the denials it shows. nil: no policy, nothing attributed.
 	Policy    *policy.Compiled `json:"-"`
@@ -339,7 +341,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return failStarted(err)
 	}
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
-	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe}); err != nil {
+	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, RefusalsOnly: opts.RefusalsOnly, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe}); err != nil {
 		return failStarted(err)
 	}
 	if err := a.attachLayers(c, opts); err != nil {

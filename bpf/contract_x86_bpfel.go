@@ -14,13 +14,14 @@ import (
 )
 
 type WireBermCallCfg struct {
-	_        structs.HostLayout
-	Slot     uint32
-	Flags    uint32
-	SysMask  [8]uint64
-	InitTgid uint32
-	Pad      uint32
-	InitExe  [16]int8
+	_           structs.HostLayout
+	Slot        uint32
+	Flags       uint32
+	SysMask     [8]uint64
+	RefusedMask [8]uint64
+	InitTgid    uint32
+	Pad         uint32
+	InitExe     [16]int8
 }
 
 type WireBermConnect struct {

@@ -160,6 +160,13 @@ static __always_inline int traced(struct berm_call_cfg *cfg, long nr)
 	return (cfg->sys_mask[word] & (1ULL << (nr % 64))) != 0;
 }
 
+/* A traced syscall that returned ret is reported, unless it is traced for its refusals only. */
+static __always_inline int reported(struct berm_call_cfg *cfg, long nr, long ret)
+{
+	__u32 word = ((__u32)nr / 64) & (BERM_MAX_SYSCALLS / 64 - 1);
+	return traced(cfg, nr) && (ret == -1 /* EPERM */ || !(cfg->refused_mask[word] & (1ULL << (nr % 64))));
+}
+
 static __always_inline __u64 arg_of(struct pt_regs *regs, int i)
 {
 	switch (i) {
@@ -525,11 +532,7 @@ int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 	 * every process makes dozens that succeed. */
 	if ((nr == 59 || nr == 322 || nr == 9 || nr == 10) && ret >= 0)
 		return 0;
-	/* ioctl is traced for the filter's refusals (TIOCSTI, TIOCLINUX: EPERM); the hundreds a
-	 * tool makes that work, or fail on their own (ENOTTY), are not the trail's. */
-	if (nr == 16 && ret != -1)
-		return 0;
-	if (traced(cfg, nr))
+	if (reported(cfg, nr, ret))
 		emit_syscall(cfg, cgid, regs, nr, ret);
 	return 0;
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/policy/landlock"
@@ -18,6 +20,8 @@ type callEnv struct {
 	init     sandboxinit.Config
 	judge    *policy.Judge
 	traced   []uint32
+	// refusalsOnly: of traced, those reported only when refused (tracer.CallConfig).
+	refusalsOnly []uint32
 	// wsNoExec mounts the workspace noexec: the policy grants no exec there.
 	wsNoExec bool
 }
@@ -92,10 +96,22 @@ func compile(spec *Spec) (*callEnv, error) {
 	for _, nr := range spec.Traced {
 		add(nr)
 	}
+	// A rule narrowed to some arguments (ioctl's TIOCSTI) refuses few of the syscall's calls:
+	// in enforce mode only those are reported, unless the syscall is traced anyway. In audit
+	// mode every call is reported: the would-be refusals succeed.
+	narrowed := map[uint32]bool{}
 	for _, r := range c.Syscalls {
 		if r.Action != "allow" && r.Nr < 512 {
+			if r.Arg != nil && r.Errno == unix.EPERM && c.Mode == policy.Enforce && !seen[r.Nr] {
+				narrowed[r.Nr] = true
+			} else if r.Arg == nil {
+				delete(narrowed, r.Nr) // a whole-syscall rule of the same syscall: all of it
+			}
 			add(r.Nr)
 		}
+	}
+	for nr := range narrowed {
+		env.refusalsOnly = append(env.refusalsOnly, nr)
 	}
 	exec := []string{"execve", "execveat"}
 	if env.init.MemfdNoExec {

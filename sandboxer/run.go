@@ -194,7 +194,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
-		Traced: env.traced, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
+		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
 		EventBudget: env.compiled.EventBudget,
 	})

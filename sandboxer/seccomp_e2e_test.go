@@ -194,3 +194,51 @@ sc("socket-inet", 41, 2, 2, 0)
 		}
 	}
 }
+
+// ioctl is traced for its refusals: in enforce mode the refused TIOCSTI is in the trail and the
+// ioctls the filter lets through (or that fail on their own, ENOTTY) are not; in audit mode the
+// would-be refusal succeeds, and is in the trail all the same.
+func TestIoctlTracedForItsRefusals(t *testing.T) {
+	bermbin.RequireRoot(t)
+	py := `import ctypes, fcntl, termios
+libc = ctypes.CDLL(None, use_errno=True)
+f = open("/dev/null", "rb")
+fd = f.fileno()
+try:
+    fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+except OSError:
+    pass
+print("tiocsti", libc.ioctl(fd, termios.TIOCSTI, ctypes.c_char_p(b"x")), ctypes.get_errno())
+`
+	for _, mode := range []string{"enforce", "audit"} {
+		t.Run(mode, func(t *testing.T) {
+			state, ws := t.TempDir(), bermbin.Workspace(t)
+			pol := writePolicy(t, "  mode: "+mode+"\n")
+			r := run(t, state, "--call-id", "ioctl-"+mode, "--workspace", ws, "--policy", pol, "--", "python3", "-c", py)
+			want := "tiocsti -1 1\n" // EPERM from the filter
+			if mode == "audit" {
+				want = "tiocsti -1 25\n" // allowed: /dev/null is no terminal (ENOTTY)
+			}
+			if r.Exit != 0 || r.Stdout != want {
+				t.Fatalf("exit %d, stdout %q, want %q\n%s", r.Exit, r.Stdout, want, r.Stderr)
+			}
+			var tiocsti, others int
+			for _, e := range bermbin.Timeline(t, state, "ioctl-"+mode).Events {
+				if e.Syscall == nil || e.Syscall.Name != "ioctl" {
+					continue
+				}
+				if e.Syscall.Args[1] == unix.TIOCSTI {
+					tiocsti++
+				} else {
+					others++
+				}
+			}
+			if tiocsti != 1 {
+				t.Errorf("%s: %d TIOCSTI ioctls in the trail, want 1", mode, tiocsti)
+			}
+			if mode == "enforce" && others != 0 {
+				t.Errorf("enforce: %d ioctls the filter let through are in the trail, want none", others)
+			}
+		})
+	}
+}

@@ -147,6 +147,9 @@ type CallConfig struct {
 	Slot uint32
 	// Traced are the syscall numbers that get an individual event (AlwaysTraced are added).
 	Traced []uint32
+	// RefusalsOnly are traced syscalls reported only when refused (EPERM): those traced for a
+	// filter rule that refuses some of their calls, not the many it lets through.
+	RefusalsOnly []uint32
 	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
 	// blocks nothing (policy mode: audit).
 	Audit bool
@@ -178,6 +181,12 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)
 		}
 		v.SysMask[nr/64] |= 1 << (nr % 64)
+	}
+	for _, nr := range cfg.RefusalsOnly {
+		if nr >= MaxSyscalls {
+			return fmt.Errorf("register cgroup %d: syscall %d out of range", cgroupID, nr)
+		}
+		v.RefusedMask[nr/64] |= 1 << (nr % 64)
 	}
 	if err := t.proc.BermCalls.Update(cgroupID, &v, ebpf.UpdateNoExist); err != nil {
 		return fmt.Errorf("register cgroup %d: %w", cgroupID, err)

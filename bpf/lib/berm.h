@@ -33,6 +33,9 @@ struct berm_call_cfg {
 	__u32 slot;      /* index into the per-call counter arrays */
 	__u32 flags;     /* BERM_CALL_* */
 	__u64 sys_mask[BERM_MAX_SYSCALLS / 64]; /* syscalls that get an individual event */
+	/* of those, the ones reported only when refused (EPERM): traced for a filter rule that
+	 * refuses some of their calls (ioctl's TIOCSTI), not for the many it lets through */
+	__u64 refused_mask[BERM_MAX_SYSCALLS / 64];
 	__u32 init_tgid; /* the sandbox init: its set-up and its child's are berm's, not the tool's */
 	__u32 pad;
 	char init_exe[BERM_COMM_LEN]; /* the init binary's file name, as an exec of it is named */
