@@ -472,34 +472,9 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	}
 	defer c.state.Unlock()
 
-	// SIGSYS is how the seccomp filter kills a fatal syscall's process: named even when its
-	// event was lost.
-	if (c.fatal != "" || res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS)) && c.policy != nil {
-		if detail, ok := c.policy.FatalEnd(c.fatal); ok {
-			res.Reason, res.Detail = event.EndPolicyKill, detail
-		}
-	}
-	rec := &event.CallRecord{
-		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
-		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
-		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
-		Syscalls: map[string]uint64{}, Denials: c.denials,
-		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
-	}
-	counts, err := a.tr.TakeSyscallCounts(c.slot)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for nr, n := range counts {
-		rec.Syscalls[event.SyscallName(nr)] = n
-		rec.SyscallTotal += n
-	}
-	kdrops, err := a.tr.TakeDrops(c.slot)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0) + late}
-	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
+	rec, kerrs := a.newRecord(c, res, c.fatal, c.denials)
+	errs = append(errs, kerrs...)
+	rec.Dropped.User += late
 	a.m.drops.WithLabelValues("user").Add(float64(late))
 	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 {
 		d := rec.Dropped
@@ -539,11 +514,12 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	return rec, errors.Join(errs...)
 }
 
-// endStuck writes the record of a call whose pipeline stage never came back from one of its
-// events: what it counted is not readable, and the record says so.
-func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, error) {
-	if res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS) && c.policy != nil {
-		if detail, ok := c.policy.FatalEnd(""); ok {
+// newRecord is the call's record as the launcher and the kernel know it: its end, with a
+// fatal syscall's kill named (SIGSYS is how the seccomp filter kills its process, named even
+// when its event was lost), its syscall counts and drops, taken from the call's slot.
+func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]uint64) (*event.CallRecord, []error) {
+	if (fatal != "" || res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS)) && c.policy != nil {
+		if detail, ok := c.policy.FatalEnd(fatal); ok {
 			res.Reason, res.Detail = event.EndPolicyKill, detail
 		}
 	}
@@ -551,23 +527,40 @@ func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, 
 		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
-		Syscalls: map[string]uint64{}, Denials: map[string]uint64{},
+		Syscalls: map[string]uint64{}, Denials: denials,
 		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
-		IncompleteReason: "the call's stage of the pipeline is stuck in one of its events (a rule or the judge did not return): its counts are unknown and its trail ends here",
 	}
-	if kdrops, err := a.tr.TakeDrops(c.slot); err == nil {
-		rec.Dropped.Kernel = kdrops
+	var errs []error
+	counts, err := a.tr.TakeSyscallCounts(c.slot)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	rec.Dropped.User = a.userDrops[c.slot].Swap(0)
-	if counts, err := a.tr.TakeSyscallCounts(c.slot); err == nil {
-		for nr, n := range counts {
-			rec.Syscalls[event.SyscallName(nr)] = n
-			rec.SyscallTotal += n
-		}
+	for nr, n := range counts {
+		rec.Syscalls[event.SyscallName(nr)] = n
+		rec.SyscallTotal += n
 	}
+	kdrops, err := a.tr.TakeDrops(c.slot)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0)}
+	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
+	return rec, errs
+}
+
+// endStuck writes the record of a call whose pipeline stage never came back from one of its
+// events: what it counted is not readable, and the record says so.
+func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, error) {
+	// The stage's own state (its fatal syscall seen, its denials) is not readable.
+	rec, kerrs := a.newRecord(c, res, "", map[string]uint64{})
+	errs = append(errs, kerrs...)
+	rec.IncompleteReason = "the call's stage of the pipeline is stuck in one of its events (a rule or the judge did not return): its counts are unknown and its trail ends here"
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
+	}
+	if r := a.rules.Load(); r != nil {
+		(*r).EndCall(c.Start.CallKey)
 	}
 	a.log.Error("call ended with its pipeline stage stuck", "call_id", c.Start.CallID)
 	if !res.Populated {
