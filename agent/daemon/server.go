@@ -42,10 +42,14 @@ type Server struct {
 	// Served, when set, hears of every call served, with the times of its phases.
 	Served func(Served)
 
-	path      string
-	ino       uint64 // the socket file this server created: only that one is removed at the end
-	ln        *net.UnixListener
-	wg        sync.WaitGroup
+	path string
+	ino  uint64 // the socket file this server created: only that one is removed at the end
+	ln   *net.UnixListener
+	wg   sync.WaitGroup
+	// connMu orders a connection's wg.Add before Close's wg.Wait: a connection accepted as
+	// the listener closes is either counted before the wait or not served.
+	connMu    sync.Mutex
+	closing   bool
 	ctx       context.Context
 	cancel    context.CancelFunc
 	idle      idleState
@@ -114,7 +118,14 @@ func (s *Server) Serve() error {
 			}
 			return err
 		}
+		s.connMu.Lock()
+		if s.closing {
+			s.connMu.Unlock()
+			conn.Close()
+			return nil
+		}
 		s.wg.Add(1)
+		s.connMu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.handle(conn.(*net.UnixConn))
@@ -144,6 +155,9 @@ func (s *Server) Close() error {
 
 func (s *Server) stopListening() error {
 	var err error
+	s.connMu.Lock()
+	s.closing = true
+	s.connMu.Unlock()
 	s.closeOnce.Do(func() {
 		s.removeSocket()
 		err = s.ln.Close()
