@@ -333,13 +333,20 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	}
 
 	done := make(chan struct{})
-	go l.watch(cmd.Process.Pid, done)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		l.watch(cmd.Process.Pid, done)
+	}()
 	if spec.PolicyFile != "" {
 		go l.reloadPolicy(done)
 	}
 	waitErr := cmd.Wait()
 	sb.cmd = nil
 	close(done)
+	// The watcher's last look is over before the reason is read: a cap it found as the tool
+	// ended is recorded once, as the call's reason, not found again below.
+	<-watched
 
 	var st sandboxinit.Status
 	statData, _ := io.ReadAll(sb.stat)
