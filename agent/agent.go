@@ -1,5 +1,5 @@
 // Package agent is berm's node agent: it loads the eBPF tracer, runs the event pipeline
-// (ring buffer reader → bounded queue with counted drops → decoder → subscribers) and keeps
+// (ring buffer reader → per call: bounded queue with counted drops → decoder → subscribers) and keeps
 // each sandboxed call's trail: its events in order, its counters and its record, in the
 // journal.
 package agent
@@ -39,8 +39,6 @@ type Evaluator interface {
 type Config struct {
 	StateDir string // journal lives in StateDir/journal
 	Tracer   tracer.Config
-	// QueueBatches bounds the queue between the ring buffer reader and the decoder.
-	QueueBatches int
 	// PollInterval is the reader's deadline: with batched wake-ups, the longest an event
 	// waits in the ring when little is happening.
 	PollInterval time.Duration
@@ -75,7 +73,6 @@ type Agent struct {
 	rd      *ringbuf.Reader
 	jw      *journal.Writer
 	m       *metrics
-	queue   chan *batch
 	clock   int64 // wall-clock ns minus boot-clock ns
 	wg      sync.WaitGroup
 	closing chan struct{}
@@ -100,9 +97,6 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("agent: no state dir")
 	}
-	if cfg.QueueBatches == 0 {
-		cfg.QueueBatches = 1024
-	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
@@ -112,8 +106,7 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Tracer.RingBytes == 0 {
 		cfg.Tracer = tracer.DefaultConfig
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, calls: map[uint64]*Call{}, closing: make(chan struct{}),
-		queue: make(chan *batch, cfg.QueueBatches)}
+	a = &Agent{cfg: cfg, log: cfg.Logger, calls: map[uint64]*Call{}, closing: make(chan struct{})}
 	if cfg.Rules != nil {
 		a.rules.Store(&cfg.Rules)
 	}
@@ -164,9 +157,8 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Retention == (journal.Retention{}) {
 		a.cfg.Retention = journal.DefaultRetention
 	}
-	a.wg.Add(3)
+	a.wg.Add(2)
 	go a.readLoop()
-	go a.decodeLoop()
 	go a.keepJournal()
 	return a, nil
 }
@@ -340,6 +332,9 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	if err := a.tr.ResetShare(uint32(slot)); err != nil {
 		return failStarted(err)
 	}
+	if err := a.tr.ResetKernelCounts(uint32(slot)); err != nil {
+		return failStarted(err)
+	}
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
 	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, RefusalsOnly: opts.RefusalsOnly, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe}); err != nil {
 		return failStarted(err)
@@ -407,10 +402,11 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 }
 
 // Emit adds an event observed outside the kernel (a cap hit, a denial by the launcher) to the
-// call's stream, in order with its kernel events.
+// call's stream, behind the kernel events routed to the call so far. It never blocks: a call
+// whose queue is full loses it, counted against the call.
 func (a *Agent) Emit(c *Call, ev event.Event) {
 	ev.Time = time.Now()
-	a.queue <- &batch{cgroup: c.cgroup, user: &ev}
+	a.route(c, &batch{user: &ev})
 }
 
 // Result is what the launcher knows at the end of a call.
@@ -463,7 +459,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	}
 	a.mu.Lock()
 	delete(a.calls, c.cgroup)
-	c.ended = true // under a.mu: the decoder routes nothing to the call from now on
+	c.ended = true // under a.mu: the reader routes nothing to the call from now on
 	a.mu.Unlock()
 	// The worker stops after the event at hand; what it never took counts as lost.
 	late, stuck := c.stop(time.Second)
@@ -481,6 +477,17 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 		a.appendLast(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
 		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User)
 		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full), %d in the agent", d.Kernel, d.User))
+	}
+	// What the kernel counted instead of reporting (the call past its budget) joins the
+	// syscalls' aggregates: the record's totals are every event's.
+	kcounts, err := a.tr.TakeKernelCounts(c.slot)
+	if err != nil {
+		errs = append(errs, err)
+		incomplete = append(incomplete, "the syscalls counted in the kernel past the event budget could not be read")
+	}
+	for nr, k := range kcounts {
+		c.agg.addKernel(event.SyscallName(nr), k.N, k.Failed)
+		c.counts.Syscall += k.N
 	}
 	for _, ag := range c.agg.events(rec.End) {
 		a.appendLast(c, ag)
@@ -653,7 +660,8 @@ func (a *Agent) record(c *Call, ev *event.Event) {
 			a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
 		}
 	}
-	if c.agg.take(ev) {
+	if aggregated, ag := c.agg.take(ev); aggregated {
+		a.countInKernel(c, ev, ag)
 		return
 	}
 	c.pending = append(c.pending, *ev)
@@ -661,6 +669,24 @@ func (a *Agent) record(c *Call, ev *event.Event) {
 		if err := a.flush(c); err != nil {
 			a.log.Error("journal append failed", "call_id", c.Start.CallID, "err", err)
 		}
+	}
+}
+
+// kernelCountAfter is how many of one path-less syscall a call past its budget has aggregated
+// before the kernel is asked to count the rest itself: a syscall that floods, not one that
+// shows up now and then (those stay events, seen one by one by the judge and the rules).
+const kernelCountAfter = 1024
+
+// countInKernel asks the kernel to count a flooding syscall of a call past its budget instead
+// of reporting each: the agent would only aggregate them, and decoding them is what a flood
+// costs it. The totals stay exact (End adds the kernel's counts to the aggregate).
+func (a *Agent) countInKernel(c *Call, ev *event.Event, ag *event.Aggregate) {
+	if ev.Kind != event.KindSyscall || ev.Syscall == nil || ev.Syscall.Path != "" ||
+		ag.Count != kernelCountAfter || ag.Object != ev.Syscall.Name {
+		return
+	}
+	if err := a.tr.CountInKernel(c.slot, ev.Syscall.Nr); err != nil {
+		a.log.Error("count a flooding syscall in the kernel", "call_id", c.Start.CallID, "syscall", ev.Syscall.Name, "err", err)
 	}
 }
 

@@ -10,19 +10,19 @@ import (
 	"github.com/bermsec/berm/agent/event"
 )
 
-// inboxBatches bounds a call's queue between the decoder and its worker: past it, the call's
-// own events are dropped and counted against it, and no other call waits.
+// inboxBatches bounds a call's queue between the ring reader and its worker: past it, the
+// call's own events are dropped and counted against it, and no other call waits.
 const inboxBatches = 256
 
-// worker is a call's own stage of the pipeline. The decoder only decodes and routes (cheap,
-// the same for every event); judging, rules and the journal run here, per call, so a call
-// whose events are many or slow to judge delays itself and nobody else.
+// worker is a call's own stage of the pipeline. The reader only sorts records by call (cheap,
+// the same for every record); decoding, judging, rules and the journal run here, per call, so
+// a call whose events are many or slow to judge delays itself and nobody else.
 type worker struct {
-	in   chan []event.Event
+	in   chan *batch
 	quit chan struct{}
 	done chan struct{}
 
-	routed uint64        // decoder goroutine: events handed to in
+	routed uint64        // under Agent.mu: events handed to in
 	taken  atomic.Uint64 // events the worker has finished with
 	ended  bool          // under Agent.mu: End took the call out; nothing more is routed
 
@@ -45,14 +45,14 @@ type waiter struct {
 }
 
 // barrierReq asks for a signal once the call's worker has finished with every event the
-// decoder routed to it up to the barrier.
+// reader routed to it up to the barrier.
 type barrierReq struct {
 	c    *Call
 	done chan struct{}
 }
 
 func (w *worker) init() {
-	w.in = make(chan []event.Event, inboxBatches)
+	w.in = make(chan *batch, inboxBatches)
 	w.quit = make(chan struct{})
 	w.done = make(chan struct{})
 }
@@ -62,7 +62,8 @@ func (a *Agent) work(c *Call) {
 	defer close(c.worker.done)
 	for {
 		select {
-		case evs := <-c.in:
+		case b := <-c.in:
+			evs := a.decodeBatch(c, b)
 			for i := range evs {
 				c.state.Lock()
 				if c.abandoned.Load() {
@@ -81,7 +82,7 @@ func (a *Agent) work(c *Call) {
 				}
 				c.state.Unlock()
 			}
-			c.taken.Add(uint64(len(evs)))
+			c.taken.Add(b.len())
 			c.release()
 		case <-c.quit:
 			return
@@ -91,23 +92,25 @@ func (a *Agent) work(c *Call) {
 
 // route hands a call its events; it never blocks. A full inbox drops them, counted against
 // the call.
-func (a *Agent) route(c *Call, evs []event.Event) {
+func (a *Agent) route(c *Call, b *batch) {
+	n := b.len()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c.ended {
-		a.m.orphans.Add(float64(len(evs)))
+		a.m.orphans.Add(float64(n))
 		return
 	}
 	select {
-	case c.in <- evs:
-		c.routed += uint64(len(evs))
+	case c.in <- b:
+		c.routed += n
 	default:
-		a.userDrops[c.slot].Add(uint64(len(evs)))
-		a.m.drops.WithLabelValues("user").Add(float64(len(evs)))
+		a.userDrops[c.slot].Add(n)
+		a.m.drops.WithLabelValues("user").Add(float64(n))
 	}
 }
 
-// arm registers a barrier at what has been routed to the call so far (decoder goroutine).
+// arm registers a barrier at what has been routed to the call so far (reader goroutine, after
+// it routed what the ring held at the flush).
 func (a *Agent) arm(r barrierReq) {
 	a.mu.Lock()
 	n := r.c.routed
@@ -155,8 +158,8 @@ func (w *worker) stop(wait time.Duration) (late uint64, stuck bool) {
 	late = w.late
 	for {
 		select {
-		case evs := <-w.in:
-			late += uint64(len(evs))
+		case b := <-w.in:
+			late += b.len()
 		default:
 			return late, false
 		}
@@ -180,16 +183,16 @@ type aggregator struct {
 	m      map[aggKey]*event.Aggregate
 }
 
-// take says whether ev is aggregated instead of recorded.
-func (g *aggregator) take(ev *event.Event) bool {
+// take says whether ev is aggregated instead of recorded, and in which aggregate.
+func (g *aggregator) take(ev *event.Event) (bool, *event.Aggregate) {
 	switch ev.Kind {
 	case event.KindOpen, event.KindSyscall, event.KindConnect, event.KindFork, event.KindExit, event.KindDenial:
 	default:
-		return false // execs, alerts, limits, drops and aggregates are always recorded
+		return false, nil // execs, alerts, limits, drops and aggregates are always recorded
 	}
 	if g.kept < g.budget {
 		g.kept++
-		return false
+		return false, nil
 	}
 	k := aggKey{ev.Kind, aggObject(ev)}
 	if g.m == nil {
@@ -212,7 +215,24 @@ func (g *aggregator) take(ev *event.Event) bool {
 		ag.Failed++
 	}
 	g.total++
-	return true
+	return true, ag
+}
+
+// addKernel adds what the kernel counted of a syscall instead of reporting it: the syscall's
+// aggregate was started by the events that made the agent ask for it.
+func (g *aggregator) addKernel(name string, n, failed uint64) {
+	k := aggKey{event.KindSyscall, name}
+	if g.m == nil {
+		g.m = map[aggKey]*event.Aggregate{}
+	}
+	ag := g.m[k]
+	if ag == nil {
+		ag = &event.Aggregate{Kind: k.kind, Object: k.object}
+		g.m[k] = ag
+	}
+	ag.Count += n
+	ag.Failed += failed
+	g.total += n
 }
 
 // events are the aggregates as events, in the order of their first event.

@@ -11,17 +11,17 @@ import (
 	"github.com/bermsec/berm/agent/tracer"
 )
 
-// A batch is what travels through the queue: raw records copied out of the ring, or one event
-// made in user space, or a barrier.
+// A batch is what a call's worker receives: raw records of that call, copied out of the ring
+// (its worker decodes them), or one event made in user space.
 type batch struct {
 	buf  []byte
 	ends []int // record i is buf[ends[i-1]:ends[i]]
 
-	cgroup  uint64       // with user
-	user    *event.Event // an event made in user space
-	barrier []barrierReq
+	user *event.Event // an event made in user space
 }
 
+// batchRecords is how many records the reader takes out of the ring before it hands what it
+// read to the calls' workers.
 const batchRecords = 256
 
 func (b *batch) add(raw []byte) {
@@ -37,44 +37,62 @@ func (b *batch) records(fn func([]byte)) {
 	}
 }
 
-// readLoop copies records out of the ring into batches. It wakes on the kernel's batched
-// wake-ups or its own deadline, whichever is first.
+// len is how many events the batch carries.
+func (b *batch) len() uint64 {
+	n := uint64(len(b.ends))
+	if b.user != nil {
+		n++
+	}
+	return n
+}
+
+// router is the reader's sorting of records by call: each call's records of a round go to its
+// own worker, where they are decoded, judged and journalled. Nothing after the ring is shared
+// between calls, so neither a call's volume nor its slow events delay another call's events or
+// its end.
+type router struct {
+	calls map[uint64]*routed // by cgroup id, this round
+	n     int                // records read this round
+}
+
+type routed struct {
+	c *Call // nil: no call has the cgroup (its records are orphans)
+	b *batch
+}
+
+// readLoop copies records out of the ring and routes them to their calls. It wakes on the
+// kernel's batched wake-ups or its own deadline, whichever is first.
 func (a *Agent) readLoop() {
 	defer a.wg.Done()
-	defer close(a.queue)
 	var rec ringbuf.Record
-	b := &batch{}
+	r := router{calls: map[uint64]*routed{}}
 	var read slotSet
 	for {
 		a.rd.SetDeadline(time.Now().Add(a.cfg.PollInterval))
 		err := a.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
-			b.add(rec.RawSample)
-			a.took(rec.RawSample, &read)
-			if len(b.ends) >= batchRecords {
+			a.sort(&r, rec.RawSample, &read)
+			if r.n >= batchRecords {
 				a.tellConsumed(&read)
-				a.send(b)
-				b = &batch{}
+				a.dispatch(&r)
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			a.tellConsumed(&read)
-			if len(b.ends) > 0 {
-				a.send(b)
-				b = &batch{}
-			}
+			a.dispatch(&r)
 		case errors.Is(err, ringbuf.ErrFlushed):
-			// Barriers registered before this point: drain what the ring holds now, then
-			// pass them down behind those records.
+			// Barriers registered before this point: route what the ring holds now, then arm
+			// each at what its call has been handed. A call's end waits for its own worker only.
 			a.barrierMu.Lock()
 			waiting := a.barriers
 			a.barriers = nil
 			a.barrierMu.Unlock()
-			a.drain(&rec, b, &read)
+			a.drain(&rec, &r, &read)
 			a.tellConsumed(&read)
-			b.barrier = waiting
-			a.queue <- b
-			b = &batch{}
+			a.dispatch(&r)
+			for _, req := range waiting {
+				a.arm(req)
+			}
 		case errors.Is(err, ringbuf.ErrClosed):
 			return
 		default:
@@ -88,17 +106,52 @@ func (a *Agent) readLoop() {
 	}
 }
 
-// drain reads what the ring holds at this moment into b, and no more: a call that keeps
-// filling the ring must not keep a barrier (another call's end) waiting behind its events.
-func (a *Agent) drain(rec *ringbuf.Record, b *batch, read *slotSet) {
+// sort puts a record in its call's batch of this round.
+func (a *Agent) sort(r *router, raw []byte, read *slotSet) {
+	a.took(raw, read)
+	r.n++
+	h, ok := peekHeader(raw)
+	if !ok {
+		a.m.malformed.Inc()
+		a.log.Error("malformed ring buffer record", "bytes", len(raw))
+		return
+	}
+	rt := r.calls[h.CgroupId]
+	if rt == nil {
+		rt = &routed{c: a.lookup(h.CgroupId)}
+		if rt.c != nil {
+			rt.b = &batch{}
+		}
+		r.calls[h.CgroupId] = rt
+	}
+	if rt.c == nil {
+		a.m.orphans.Inc()
+		return
+	}
+	rt.b.add(raw)
+}
+
+// dispatch hands each call its records of the round.
+func (a *Agent) dispatch(r *router) {
+	for cg, rt := range r.calls {
+		if rt.c != nil && len(rt.b.ends) > 0 {
+			a.route(rt.c, rt.b)
+		}
+		delete(r.calls, cg)
+	}
+	r.n = 0
+}
+
+// drain reads what the ring holds at this moment, and no more: a call that keeps filling the
+// ring must not keep a barrier (another call's end) waiting behind its events.
+func (a *Agent) drain(rec *ringbuf.Record, r *router, read *slotSet) {
 	left := int64(a.rd.AvailableBytes())
 	a.rd.SetDeadline(time.Now())
 	for left > 0 {
 		if err := a.rd.ReadInto(rec); err != nil {
 			return
 		}
-		b.add(rec.RawSample)
-		a.took(rec.RawSample, read)
+		a.sort(r, rec.RawSample, read)
 		left -= int64(len(rec.RawSample)+8+7) &^ 7 // the record's header, 8-byte aligned
 	}
 }
@@ -134,82 +187,25 @@ func (a *Agent) tellConsumed(read *slotSet) {
 	read.slots = read.slots[:0]
 }
 
-// send queues a batch. A full queue gets a short grace, then the batch is dropped and every
-// record in it is counted against its own call.
-func (a *Agent) send(b *batch) {
-	select {
-	case a.queue <- b:
-		return
-	default:
-	}
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case a.queue <- b:
-		return
-	case <-t.C:
-	}
-	b.records(func(raw []byte) {
-		if h, ok := peekHeader(raw); ok && h.Slot < uint32(len(a.userDrops)) {
-			a.userDrops[h.Slot].Add(1)
-		}
-		a.m.drops.WithLabelValues("user").Inc()
-	})
-}
-
-// decodeLoop decodes records and hands each to its call's worker. It does nothing whose
-// cost depends on the event's content (no judging, no file system), so every call's events
-// get through it at the same pace.
-func (a *Agent) decodeLoop() {
-	defer a.wg.Done()
-	r := router{calls: map[*Call][]event.Event{}}
-	for b := range a.queue {
-		a.handle(b, &r)
-	}
-}
-
-// router groups a batch's events by call, so each call's worker gets them in one hand-over.
-type router struct {
-	calls map[*Call][]event.Event
-	last  *Call // the call of the previous record: consecutive records mostly share one
-}
-
-func (r *router) add(c *Call, ev event.Event) { r.calls[c] = append(r.calls[c], ev) }
-
-func (a *Agent) handle(b *batch, r *router) {
+// decodeBatch turns a call's batch into events, on the call's own worker: what decoding costs
+// is the call's. A record that does not decode is counted against the call.
+func (a *Agent) decodeBatch(c *Call, b *batch) []event.Event {
+	evs := make([]event.Event, 0, b.len())
 	if b.user != nil {
-		if c := a.lookup(b.cgroup); c != nil {
-			r.add(c, *b.user)
-		}
+		evs = append(evs, *b.user)
 	}
-	r.last = nil
 	b.records(func(raw []byte) {
 		var ev event.Event
 		if err := decode(raw, &ev); err != nil {
 			a.m.malformed.Inc()
-			a.log.Error("malformed ring buffer record", "err", err)
-			if h, ok := peekHeader(raw); ok && h.Slot < uint32(len(a.userDrops)) {
-				a.userDrops[h.Slot].Add(1)
-			}
+			a.log.Error("malformed ring buffer record", "call_id", c.Start.CallID, "err", err)
+			a.userDrops[c.slot].Add(1)
+			a.m.drops.WithLabelValues("user").Inc()
 			return
 		}
 		h, _ := peekHeader(raw)
-		c := r.last
-		if c == nil || c.cgroup != h.CgroupId {
-			if c = a.lookup(h.CgroupId); c == nil {
-				a.m.orphans.Inc()
-				return
-			}
-			r.last = c
-		}
 		ev.Time = time.Unix(0, a.clock+int64(h.TsNs))
-		r.add(c, ev)
+		evs = append(evs, ev)
 	})
-	for c, evs := range r.calls {
-		a.route(c, evs)
-		delete(r.calls, c)
-	}
-	for _, req := range b.barrier {
-		a.arm(req)
-	}
+	return evs
 }

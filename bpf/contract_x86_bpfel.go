@@ -13,6 +13,17 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type WireBermAggcounts struct {
+	_      structs.HostLayout
+	N      [512]uint64
+	Failed [512]uint64
+}
+
+type WireBermAggmask struct {
+	_ structs.HostLayout
+	W [8]uint64
+}
+
 type WireBermCallCfg struct {
 	_           structs.HostLayout
 	Slot        uint32
@@ -76,6 +87,14 @@ type WireBermHdr struct {
 	Ppid     uint32
 	Uid      uint32
 	Comm     [16]int8
+}
+
+type WireBermKaddr struct {
+	_      structs.HostLayout
+	Family uint16
+	Port   uint16
+	Pad    uint32
+	Addr   [16]uint8
 }
 
 type WireBermLsmDeny struct {
@@ -234,12 +253,15 @@ type WireBermSyscounts struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	WireVarUnusedAggcounts   = "unused_aggcounts"
+	WireVarUnusedAggmask     = "unused_aggmask"
 	WireVarUnusedCallCfg     = "unused_call_cfg"
 	WireVarUnusedConnect     = "unused_connect"
 	WireVarUnusedExec        = "unused_exec"
 	WireVarUnusedExit        = "unused_exit"
 	WireVarUnusedFork        = "unused_fork"
 	WireVarUnusedHdr         = "unused_hdr"
+	WireVarUnusedKaddr       = "unused_kaddr"
 	WireVarUnusedLsmDeny     = "unused_lsm_deny"
 	WireVarUnusedLsmKey      = "unused_lsm_key"
 	WireVarUnusedLsmRight    = "unused_lsm_right"
@@ -314,12 +336,15 @@ type WireMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type WireVariableSpecs struct {
+	UnusedAggcounts   *ebpf.VariableSpec `ebpf:"unused_aggcounts"`
+	UnusedAggmask     *ebpf.VariableSpec `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.VariableSpec `ebpf:"unused_call_cfg"`
 	UnusedConnect     *ebpf.VariableSpec `ebpf:"unused_connect"`
 	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
 	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.VariableSpec `ebpf:"unused_hdr"`
+	UnusedKaddr       *ebpf.VariableSpec `ebpf:"unused_kaddr"`
 	UnusedLsmDeny     *ebpf.VariableSpec `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
 	UnusedLsmRight    *ebpf.VariableSpec `ebpf:"unused_lsm_right"`
@@ -370,12 +395,15 @@ func (m *WireMaps) Close() error {
 //
 // It can be passed to LoadWireObjects or ebpf.CollectionSpec.LoadAndAssign.
 type WireVariables struct {
+	UnusedAggcounts   *ebpf.Variable `ebpf:"unused_aggcounts"`
+	UnusedAggmask     *ebpf.Variable `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.Variable `ebpf:"unused_call_cfg"`
 	UnusedConnect     *ebpf.Variable `ebpf:"unused_connect"`
 	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
 	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.Variable `ebpf:"unused_hdr"`
+	UnusedKaddr       *ebpf.Variable `ebpf:"unused_kaddr"`
 	UnusedLsmDeny     *ebpf.Variable `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.Variable `ebpf:"unused_lsm_key"`
 	UnusedLsmRight    *ebpf.Variable `ebpf:"unused_lsm_right"`

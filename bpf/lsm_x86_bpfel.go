@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	LsmMapBermCalls         = "berm_calls"
+	LsmMapBermConnectAddr   = "berm_connect_addr"
 	LsmMapBermDrops         = "berm_drops"
 	LsmMapBermEvents        = "berm_events"
 	LsmMapBermLsmRules      = "berm_lsm_rules"
@@ -91,13 +92,14 @@ type LsmProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LsmMapSpecs struct {
-	BermCalls      *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops      *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents     *ebpf.MapSpec `ebpf:"berm_events"`
-	BermLsmRules   *ebpf.MapSpec `ebpf:"berm_lsm_rules"`
-	BermLsmScratch *ebpf.MapSpec `ebpf:"berm_lsm_scratch"`
-	BermRingIn     *ebpf.MapSpec `ebpf:"berm_ring_in"`
-	BermRingOut    *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermLsmRules    *ebpf.MapSpec `ebpf:"berm_lsm_rules"`
+	BermLsmScratch  *ebpf.MapSpec `ebpf:"berm_lsm_scratch"`
+	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
 
 // LsmVariableSpecs contains global variables before they are loaded into the kernel.
@@ -128,18 +130,20 @@ func (o *LsmObjects) Close() error {
 //
 // It can be passed to LoadLsmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LsmMaps struct {
-	BermCalls      *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops      *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents     *ebpf.Map `ebpf:"berm_events"`
-	BermLsmRules   *ebpf.Map `ebpf:"berm_lsm_rules"`
-	BermLsmScratch *ebpf.Map `ebpf:"berm_lsm_scratch"`
-	BermRingIn     *ebpf.Map `ebpf:"berm_ring_in"`
-	BermRingOut    *ebpf.Map `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermLsmRules    *ebpf.Map `ebpf:"berm_lsm_rules"`
+	BermLsmScratch  *ebpf.Map `ebpf:"berm_lsm_scratch"`
+	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
 }
 
 func (m *LsmMaps) Close() error {
 	return _LsmClose(
 		m.BermCalls,
+		m.BermConnectAddr,
 		m.BermDrops,
 		m.BermEvents,
 		m.BermLsmRules,

@@ -190,8 +190,24 @@ static __always_inline int decide(struct berm_call_cfg *cfg, __u64 cgid, struct 
 	return 0;
 }
 
+/*
+ * Keep the destination of a registered call's connect for the connect's exit (syscalls.bpf.c):
+ * ctx holds the kernel's copy of the sockaddr, the one the kernel acts on, which the caller can
+ * no longer rewrite.
+ */
+static __always_inline void note_connect(__u16 family, __u16 port, const __u8 *addr)
+{
+	struct berm_kaddr k = {.family = family, .port = port};
+	if (family == AF_INET)
+		__builtin_memcpy(k.addr, &addr[12], 4);
+	else
+		__builtin_memcpy(k.addr, addr, 16);
+	__u64 tid = bpf_get_current_pid_tgid();
+	bpf_map_update_elem(&berm_connect_addr, &tid, &k, BPF_ANY);
+}
+
 /* Judge one destination; returns the hook's verdict (1 proceed, 0 EPERM). */
-static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net_key *key, __u16 family)
+static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net_key *key, __u16 family, int connect)
 {
 	__u64 cgid;
 	struct berm_call_cfg *cfg = net_call(&cgid);
@@ -199,6 +215,8 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 		return unowned_verdict();
 
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	if (connect)
+		note_connect(family, port, key->addr);
 	__u8 proto = (__u8)ctx->protocol;
 	__u32 rule;
 	if (decide(cfg, cgid, key, port, proto, &rule))
@@ -208,17 +226,17 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	return audit;
 }
 
-static __always_inline int judge4(struct bpf_sock_addr *ctx)
+static __always_inline int judge4(struct bpf_sock_addr *ctx, int connect)
 {
 	struct berm_net_key key = {.prefixlen = BERM_NET_GEN_BITS + 128};
 	key.addr[10] = 0xff;
 	key.addr[11] = 0xff;
 	__u32 ip4 = ctx->user_ip4; /* network byte order: its memory bytes are the address */
 	__builtin_memcpy(&key.addr[12], &ip4, 4);
-	return judge_addr(ctx, &key, AF_INET);
+	return judge_addr(ctx, &key, AF_INET, connect);
 }
 
-static __always_inline int judge6(struct bpf_sock_addr *ctx)
+static __always_inline int judge6(struct bpf_sock_addr *ctx, int connect)
 {
 	struct berm_net_key key = {.prefixlen = BERM_NET_GEN_BITS + 128};
 	__u32 w[4];
@@ -228,7 +246,7 @@ static __always_inline int judge6(struct bpf_sock_addr *ctx)
 	w[3] = ctx->user_ip6[3];
 	/* IPv4-mapped destinations land on the same keys as IPv4: one policy for both */
 	__builtin_memcpy(key.addr, w, sizeof(w));
-	return judge_addr(ctx, &key, AF_INET6);
+	return judge_addr(ctx, &key, AF_INET6, connect);
 }
 
 /*
@@ -238,14 +256,14 @@ static __always_inline int judge6(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int berm_connect4(struct bpf_sock_addr *ctx)
 {
-	return judge4(ctx);
+	return judge4(ctx, 1);
 }
 
 /* connect() of IPv6 sockets, including IPv4-mapped destinations on dual-stack sockets. */
 SEC("cgroup/connect6")
 int berm_connect6(struct bpf_sock_addr *ctx)
 {
-	return judge6(ctx);
+	return judge6(ctx, 1);
 }
 
 /*
@@ -255,14 +273,14 @@ int berm_connect6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg4")
 int berm_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return judge4(ctx);
+	return judge4(ctx, 0);
 }
 
 /* Unconnected UDP sends of IPv6 sockets. */
 SEC("cgroup/sendmsg6")
 int berm_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return judge6(ctx);
+	return judge6(ctx, 0);
 }
 
 /*

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	NetpolicyMapBermCalls       = "berm_calls"
+	NetpolicyMapBermConnectAddr = "berm_connect_addr"
 	NetpolicyMapBermDrops       = "berm_drops"
 	NetpolicyMapBermEvents      = "berm_events"
 	NetpolicyMapBermNetGens     = "berm_net_gens"
@@ -88,15 +89,16 @@ type NetpolicyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyMapSpecs struct {
-	BermCalls     *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
-	BermNetGens   *ebpf.MapSpec `ebpf:"berm_net_gens"`
-	BermNetOwned  *ebpf.MapSpec `ebpf:"berm_net_owned"`
-	BermNetPolicy *ebpf.MapSpec `ebpf:"berm_net_policy"`
-	BermNetSlots  *ebpf.MapSpec `ebpf:"berm_net_slots"`
-	BermRingIn    *ebpf.MapSpec `ebpf:"berm_ring_in"`
-	BermRingOut   *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
+	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermNetGens     *ebpf.MapSpec `ebpf:"berm_net_gens"`
+	BermNetOwned    *ebpf.MapSpec `ebpf:"berm_net_owned"`
+	BermNetPolicy   *ebpf.MapSpec `ebpf:"berm_net_policy"`
+	BermNetSlots    *ebpf.MapSpec `ebpf:"berm_net_slots"`
+	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
 
 // NetpolicyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -128,20 +130,22 @@ func (o *NetpolicyObjects) Close() error {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyMaps struct {
-	BermCalls     *ebpf.Map `ebpf:"berm_calls"`
-	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents    *ebpf.Map `ebpf:"berm_events"`
-	BermNetGens   *ebpf.Map `ebpf:"berm_net_gens"`
-	BermNetOwned  *ebpf.Map `ebpf:"berm_net_owned"`
-	BermNetPolicy *ebpf.Map `ebpf:"berm_net_policy"`
-	BermNetSlots  *ebpf.Map `ebpf:"berm_net_slots"`
-	BermRingIn    *ebpf.Map `ebpf:"berm_ring_in"`
-	BermRingOut   *ebpf.Map `ebpf:"berm_ring_out"`
+	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
+	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermNetGens     *ebpf.Map `ebpf:"berm_net_gens"`
+	BermNetOwned    *ebpf.Map `ebpf:"berm_net_owned"`
+	BermNetPolicy   *ebpf.Map `ebpf:"berm_net_policy"`
+	BermNetSlots    *ebpf.Map `ebpf:"berm_net_slots"`
+	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
 }
 
 func (m *NetpolicyMaps) Close() error {
 	return _NetpolicyClose(
 		m.BermCalls,
+		m.BermConnectAddr,
 		m.BermDrops,
 		m.BermEvents,
 		m.BermNetGens,

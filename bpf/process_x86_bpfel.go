@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ProcessMapBermCalls       = "berm_calls"
+	ProcessMapBermConnectAddr = "berm_connect_addr"
 	ProcessMapBermDrops       = "berm_drops"
 	ProcessMapBermEvents      = "berm_events"
 	ProcessMapBermRecScratch  = "berm_rec_scratch"
@@ -82,6 +83,7 @@ type ProcessProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessMapSpecs struct {
 	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
 	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
@@ -119,6 +121,7 @@ func (o *ProcessObjects) Close() error {
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessMaps struct {
 	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents      *ebpf.Map `ebpf:"berm_events"`
 	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
@@ -130,6 +133,7 @@ type ProcessMaps struct {
 func (m *ProcessMaps) Close() error {
 	return _ProcessClose(
 		m.BermCalls,
+		m.BermConnectAddr,
 		m.BermDrops,
 		m.BermEvents,
 		m.BermRecScratch,

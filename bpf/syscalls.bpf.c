@@ -44,6 +44,22 @@ struct {
 	__type(value, struct berm_syscounts);
 } berm_syscounts SEC(".maps");
 
+/* Per call slot: the syscalls counted instead of reported (struct berm_aggmask, written by the
+ * agent only) and their counts (struct berm_aggcounts). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct berm_aggmask);
+} berm_aggmask SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct berm_aggcounts);
+} berm_aggcounts SEC(".maps");
+
 /*
  * What a syscall's entry captured for its exit. A task is in one syscall at a time; task
  * storage is allocated on a task's first captured syscall and freed with the task.
@@ -303,8 +319,13 @@ int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
 	case NR_creat:
 	case NR_openat:
 	case NR_openat2:
-	case NR_connect:
 		return capture(regs, id);
+	case NR_connect: {
+		/* what a hook saw in another syscall is not this connect's destination */
+		__u64 tid = bpf_get_current_pid_tgid();
+		bpf_map_delete_elem(&berm_connect_addr, &tid);
+		return capture(regs, id);
+	}
 	}
 	if (traced(cfg, id) && (path_arg(id) >= 0 || fd_arg(id, regs->si) >= 0))
 		return capture(regs, id);
@@ -417,7 +438,20 @@ static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long r
 	e->pad = 0;
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	struct pending *p = pending_of(task, 0);
-	if (p && p->nr == NR_connect && p->source == BERM_SRC_USER) {
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct berm_kaddr *k = bpf_map_lookup_elem(&berm_connect_addr, &tid);
+	if (k) {
+		/* the cgroup connect hook ran: the kernel's copy of the destination */
+		e->source = BERM_SRC_KERNEL;
+		e->family = k->family;
+		e->port = k->port;
+		__builtin_memcpy(e->addr, k->addr, sizeof(e->addr));
+		bpf_map_delete_elem(&berm_connect_addr, &tid);
+		if (p && p->nr == NR_connect) {
+			e->addrlen = p->addrlen;
+			p->nr = NR_NONE;
+		}
+	} else if (p && p->nr == NR_connect && p->source == BERM_SRC_USER) {
 		p->nr = NR_NONE;
 		e->source = BERM_SRC_USER;
 		e->addrlen = p->addrlen;
@@ -454,10 +488,33 @@ static __always_inline void fill_syscall(struct berm_syscall *e, struct pt_regs 
 	e->args[5] = regs->r9;
 }
 
+/*
+ * A call past its event budget whose agent asked for nr to be counted here rather than reported
+ * (berm_aggmask): count it and say so. One array lookup per reported syscall; the counters are
+ * shared by the call's CPUs, so atomic.
+ */
+static __always_inline int counted_only(struct berm_call_cfg *cfg, long nr, long ret)
+{
+	__u32 slot = cfg->slot;
+	struct berm_aggmask *m = bpf_map_lookup_elem(&berm_aggmask, &slot);
+	__u32 i = (__u32)nr & (BERM_MAX_SYSCALLS - 1);
+	if (!m || !(m->w[i / 64] & (1ULL << (i % 64))))
+		return 0;
+	struct berm_aggcounts *c = bpf_map_lookup_elem(&berm_aggcounts, &slot);
+	if (!c)
+		return 0;
+	__sync_fetch_and_add(&c->n[i], 1);
+	if (ret < 0)
+		__sync_fetch_and_add(&c->failed[i], 1);
+	return 1;
+}
+
 static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs, long nr, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (path_arg(nr) < 0 && fd_arg(nr, regs->si) < 0) {
+		if (ret != -1 /* EPERM: a refusal is always an event */ && counted_only(cfg, nr, ret))
+			return 0;
 		struct berm_syscall *e = berm_reserve(cfg, sizeof(*e));
 		if (!e)
 			return 0;

@@ -16,7 +16,10 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	SyscallsMapBermAggcounts   = "berm_aggcounts"
+	SyscallsMapBermAggmask     = "berm_aggmask"
 	SyscallsMapBermCalls       = "berm_calls"
+	SyscallsMapBermConnectAddr = "berm_connect_addr"
 	SyscallsMapBermDrops       = "berm_drops"
 	SyscallsMapBermEvents      = "berm_events"
 	SyscallsMapBermPending     = "berm_pending"
@@ -81,7 +84,10 @@ type SyscallsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SyscallsMapSpecs struct {
+	BermAggcounts   *ebpf.MapSpec `ebpf:"berm_aggcounts"`
+	BermAggmask     *ebpf.MapSpec `ebpf:"berm_aggmask"`
 	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
 	BermPending     *ebpf.MapSpec `ebpf:"berm_pending"`
@@ -120,7 +126,10 @@ func (o *SyscallsObjects) Close() error {
 //
 // It can be passed to LoadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SyscallsMaps struct {
+	BermAggcounts   *ebpf.Map `ebpf:"berm_aggcounts"`
+	BermAggmask     *ebpf.Map `ebpf:"berm_aggmask"`
 	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
+	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents      *ebpf.Map `ebpf:"berm_events"`
 	BermPending     *ebpf.Map `ebpf:"berm_pending"`
@@ -133,7 +142,10 @@ type SyscallsMaps struct {
 
 func (m *SyscallsMaps) Close() error {
 	return _SyscallsClose(
+		m.BermAggcounts,
+		m.BermAggmask,
 		m.BermCalls,
+		m.BermConnectAddr,
 		m.BermDrops,
 		m.BermEvents,
 		m.BermPending,

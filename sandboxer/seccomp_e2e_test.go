@@ -54,11 +54,10 @@ func TestFatalSyscallUnderFlood(t *testing.T) {
 	}
 	defer release()
 	a, err := sandboxer.NewAgent(agent.Config{
-		StateDir:     t.TempDir(),
-		Tracer:       tracer.Config{RingBytes: 4096, WakeupBytes: 2048},
-		QueueBatches: 1,
-		Rules:        stall,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StateDir: t.TempDir(),
+		Tracer:   tracer.Config{RingBytes: 4096, WakeupBytes: 2048},
+		Rules:    stall,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

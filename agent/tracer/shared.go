@@ -18,12 +18,15 @@ type Shared struct {
 	// agent); RingShare the bytes a call may hold of a ring more than half full.
 	RingIn, RingOut *ebpf.Map
 	RingShare       uint64
+	// ConnectAddr carries the kernel's copy of a connect's destination from the cgroup
+	// connect hooks (netguard) to the connect's exit (the tracer).
+	ConnectAddr *ebpf.Map
 }
 
 // Shared returns the tracer's maps for other loaders.
 func (t *Tracer) Shared() Shared {
 	return Shared{Calls: t.proc.BermCalls, Events: t.proc.BermEvents, Drops: t.proc.BermDrops, WakeupBytes: t.cfg.WakeupBytes,
-		RingIn: t.proc.BermRingIn, RingOut: t.proc.BermRingOut, RingShare: t.cfg.RingShare}
+		RingIn: t.proc.BermRingIn, RingOut: t.proc.BermRingOut, RingShare: t.cfg.RingShare, ConnectAddr: t.proc.BermConnectAddr}
 }
 
 // Load loads spec into objs (a bpf2go Objects struct) with its copies of the shared maps
@@ -33,18 +36,19 @@ func (s Shared) Load(spec *ebpf.CollectionSpec, objs any) error { return s.LoadP
 
 // LoadPinned is Load with the object's pinned maps (LIBBPF_PIN_BY_NAME) under pinPath.
 func (s Shared) LoadPinned(spec *ebpf.CollectionSpec, objs any, pinPath string) error {
-	if s.Calls == nil || s.Events == nil || s.Drops == nil || s.RingIn == nil || s.RingOut == nil {
-		return errors.New("the shared calls, events, drops and ring share maps are required")
+	if s.Calls == nil || s.Events == nil || s.Drops == nil || s.RingIn == nil || s.RingOut == nil || s.ConnectAddr == nil {
+		return errors.New("the shared calls, events, drops, ring share and connect address maps are required")
 	}
 	if err := prepare(spec, s.Events.MaxEntries(), s.WakeupBytes, s.RingShare); err != nil {
 		return err
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"berm_calls":    s.Calls,
-		"berm_events":   s.Events,
-		"berm_drops":    s.Drops,
-		"berm_ring_in":  s.RingIn,
-		"berm_ring_out": s.RingOut,
+		"berm_calls":        s.Calls,
+		"berm_events":       s.Events,
+		"berm_drops":        s.Drops,
+		"berm_ring_in":      s.RingIn,
+		"berm_ring_out":     s.RingOut,
+		"berm_connect_addr": s.ConnectAddr,
 	}}
 	opts.Maps.PinPath = pinPath
 	if err := spec.LoadAndAssign(objs, opts); err != nil {

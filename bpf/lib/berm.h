@@ -118,7 +118,11 @@ struct berm_open {
 	struct berm_str base;
 };
 
-/* The address as read at syscall entry (source USER), before the call could block. */
+/*
+ * An IPv4/IPv6 destination is the kernel's own copy as the cgroup connect hook saw it (source
+ * KERNEL). Where that hook did not run (unix sockets; a socket already connecting; no network
+ * layer), the address as read at syscall entry (source USER), before the call could block.
+ */
 struct berm_connect {
 	struct berm_hdr hdr;
 	__s64 ret;       /* 0 or -errno (-EINPROGRESS for non-blocking sockets) */
@@ -158,6 +162,36 @@ struct berm_syscall_path {
 /* Per-call syscall counters: one value per slot, so reading a call's counts is one lookup. */
 struct berm_syscounts {
 	__u64 n[BERM_MAX_SYSCALLS];
+};
+
+/*
+ * Counting in the kernel past a call's event budget. Once a call is past its budget and one of
+ * its path-less traced syscalls keeps coming (the agent has aggregated many of them already),
+ * the agent sets that syscall's bit in the call's slot of berm_aggmask: from then on the kernel
+ * counts it in berm_aggcounts instead of emitting one record per syscall, and the agent adds
+ * those counts to the call's aggregates at its end. A flood past its budget then costs the
+ * agent nothing, and the record's totals stay exact. Refusals (-EPERM) are never counted here:
+ * each is an event, judged as a denial.
+ */
+struct berm_aggmask {
+	__u64 w[BERM_MAX_SYSCALLS / 64];
+};
+
+struct berm_aggcounts {
+	__u64 n[BERM_MAX_SYSCALLS];      /* syscalls counted instead of reported */
+	__u64 failed[BERM_MAX_SYSCALLS]; /* of those, the ones that returned an error */
+};
+
+/*
+ * The destination a connect's cgroup hook saw (netpolicy.bpf.c): the kernel's own copy of the
+ * sockaddr, after copy_from_user, the address the kernel acts on. Kept per thread (key: pid_tgid)
+ * from the hook to the connect's exit, where the connect event takes it (source KERNEL).
+ */
+struct berm_kaddr {
+	__u16 family;
+	__u16 port;    /* host byte order */
+	__u32 pad;
+	__u8 addr[16]; /* IPv4 in the first 4 bytes */
 };
 
 /*

@@ -51,6 +51,19 @@ struct {
 	__type(value, __u64);
 } berm_ring_out SEC(".maps");
 
+/*
+ * The kernel's copy of a connect's destination, from the cgroup connect hook to the connect's
+ * exit (struct berm_kaddr). The connect's entry deletes the thread's key, so an address the
+ * hook saw in another syscall (a TCP Fast Open sendto) is never taken for a connect's; LRU:
+ * a thread that died between hook and exit leaves nothing behind for long.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct berm_kaddr);
+} berm_connect_addr SEC(".maps");
+
 /* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
 const volatile __u64 wakeup_bytes = 64 << 10; /* set at load time: tracer.Config.WakeupBytes */
 
