@@ -11,8 +11,11 @@ import (
 )
 
 // inboxBatches bounds a call's queue between the ring reader and its worker: past it, the
-// call's own events are dropped and counted against it, and no other call waits.
-const inboxBatches = 256
+// call's own events are dropped and counted against it, and no other call waits. The reader
+// never waits for a worker, so this queue is what absorbs a call's bursts (the ring no longer
+// does): up to 1024 batches of at most batchRecords records, ~30 MiB of small records for a
+// call whose worker lags, none for the others.
+const inboxBatches = 1024
 
 // worker is a call's own stage of the pipeline. The reader only sorts records by call (cheap,
 // the same for every record); decoding, judging, rules and the journal run here, per call, so

@@ -16,15 +16,16 @@ import (
 
 // runTool runs a Python script as the call's tool in a fresh workspace and returns its
 // stdout and the call's events.
-func runTool(t *testing.T, callID, script string) (string, []event.Event) {
+func runTool(t *testing.T, callID, script string, args ...string) (string, []event.Event) {
 	t.Helper()
 	bermbin.RequireRoot(t)
 	state, ws := t.TempDir(), bermbin.Workspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "tool.py"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--no-rules", "--call-id", callID, "--workspace", ws,
+	args = append(append([]string{"run", "--state-dir", state, "--no-rules", "--call-id", callID, "--workspace", ws}, args...),
 		"--", "python3", "tool.py")
+	r := bermbin.Berm(t, nil, args...)
 	if r.Exit != 0 {
 		t.Fatalf("tool exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
 	}
@@ -88,7 +89,9 @@ print(fd, buf.value.decode())
 }
 
 // A connect that blocks (a full unix listen queue) while another thread rewrites its
-// sockaddr is recorded with the address the kernel connected to.
+// sockaddr is recorded with the address the kernel connected to. No cgroup connect hook runs
+// for unix sockets: the address is the one read at syscall entry, before the call blocked,
+// and marked "user".
 func TestBlockedConnectWithRewrittenSockaddr(t *testing.T) {
 	out, events := runTool(t, "connect-rewrite", waitBlocked+`
 import ctypes, socket, struct, threading
@@ -131,6 +134,71 @@ print(r, sa.raw[2:11].decode())
 	}
 	if real != 2 {
 		t.Errorf("%d connects recorded to real.sock, want 2", real)
+	}
+}
+
+// A TCP connect that blocks (the listener's accept queue is full: its SYN is dropped until the
+// server accepts) while another thread rewrites its sockaddr is recorded with the address the
+// kernel connected to, taken from the kernel's own copy of the sockaddr by the cgroup connect
+// hook (source "kernel"), not from the caller's memory.
+func TestBlockedTCPConnectWithRewrittenSockaddr(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "loopback.yaml")
+	if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: loopback}
+spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {cidr: 127.0.0.1/32, ports: [1-65535]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, events := runTool(t, "tcp-connect-rewrite", waitBlocked+`
+import ctypes, socket, struct, threading
+libc = ctypes.CDLL(None, use_errno=True)
+srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+srv.bind(("127.0.0.1", 0))
+srv.listen(0)
+port = srv.getsockname()[1]
+first = socket.create_connection(("127.0.0.1", port))  # the accept queue is full now
+c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+# sockaddr_in: the family in host order, port and address in network order
+sa = ctypes.create_string_buffer(struct.pack("H", socket.AF_INET) + struct.pack("!H4s8x", port, socket.inet_aton("127.0.0.1")), 16)
+main = threading.get_native_id()
+def rewrite():
+    wait_blocked(main, 42)  # connect
+    ctypes.memmove(ctypes.addressof(sa) + 2, struct.pack("!H4s", 9, socket.inet_aton("10.9.9.9")), 6)
+    srv.accept()  # room in the queue: the SYN's retransmission gets through
+t = threading.Thread(target=rewrite)
+t.start()
+r = libc.connect(c.fileno(), sa, 16)
+t.join()
+port2, addr2 = struct.unpack("!H4s", sa.raw[2:8])
+print(r, port, socket.inet_ntoa(addr2), port2)
+`, "--policy", pol)
+	f := strings.Fields(out)
+	if len(f) != 4 || f[0] != "0" || f[2] != "10.9.9.9" || f[3] != "9" {
+		t.Fatalf("the tool did not connect with a rewritten sockaddr: %q", out)
+	}
+	port := f[1]
+	var real int
+	for _, e := range events {
+		if e.Connect == nil || e.Connect.Family != "inet" {
+			continue
+		}
+		switch {
+		case e.Connect.Addr == "10.9.9.9" || e.Connect.Port == 9:
+			t.Errorf("connect recorded with the rewritten address: %+v", *e.Connect)
+		case e.Connect.Addr == "127.0.0.1" && fmt.Sprint(e.Connect.Port) == port:
+			real++
+			if e.Connect.AddrSource != "kernel" {
+				t.Errorf("connect address source %q, want kernel (the cgroup connect hook's copy): %+v", e.Connect.AddrSource, *e.Connect)
+			}
+		}
+	}
+	if real != 2 {
+		t.Errorf("%d connects recorded to 127.0.0.1:%s, want 2 (the first and the blocked one)", real, port)
 	}
 }
 
