@@ -159,9 +159,11 @@ type Connect struct {
 	Port   uint16 `json:"port,omitempty" ch:"port"`      // the port, for inet and inet6
 	Result int64  `json:"result" ch:"result"`            // 0, or -errno
 	Errno  string `json:"errno,omitempty" ch:"errno,lc"` // the error's name when Result is negative
-	// AddrSource is "user" when the address was read from the caller's memory at syscall
-	// entry (before the call could block and its memory be rewritten); empty when it could
-	// not be captured.
+	// AddrSource is "kernel" when the address is the kernel's own copy of the sockaddr, as
+	// the cgroup connect hook saw it (IPv4 and IPv6 with the network layer loaded); "user" when
+	// it was read from the caller's memory at syscall entry, before the call could block and
+	// its memory be rewritten (unix sockets, a socket already connecting, no network layer);
+	// empty when it could not be captured.
 	AddrSource string `json:"addr_source,omitempty"`
 }
 

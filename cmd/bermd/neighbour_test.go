@@ -186,3 +186,55 @@ for i in range(30000):
 			sc.Record.Counts.Open, sc.Record.Aggregated, sc.Record.Dropped)
 	}
 }
+
+// Past its event budget, a call's flooding syscall is counted in the kernel instead of being
+// reported one by one, and the record still accounts for every one: the events recorded, the
+// aggregate (in the agent and in the kernel) and nothing dropped add up to the kernel's own
+// count. A refusal past the budget is still an event of its own.
+func TestFloodPastBudgetIsCountedInTheKernel(t *testing.T) {
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	build := exec.Command("go", "build", "-o", filepath.Join(ws, "sysloop"), "./testenv/bench/sysloop")
+	build.Dir = bermbin.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build sysloop: %v\n%s", err, out)
+	}
+	pol := filepath.Join(t.TempDir(), "budget.yaml")
+	if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: budget}
+spec:
+  observability: {eventBudget: 1000}
+  filesystem:
+    exec: ["${WORKSPACE}", /bin, /lib, /lib64, /usr/bin, /usr/lib, /usr/lib64]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500_000
+	if r := d.run(t, "", "--call-id", "past-budget", "--workspace", ws, "--policy", pol,
+		"--trace-syscall", "getppid", "--", "./sysloop", fmt.Sprint(n)); r.Exit != 0 {
+		t.Fatalf("exit %d\n%s", r.Exit, r.Stderr)
+	}
+	c := d.call(t, "past-budget")
+	rec := c.Record
+	if !rec.Complete || rec.Dropped.Kernel+rec.Dropped.User != 0 {
+		t.Fatalf("record complete %v (%s), dropped %+v: want complete, nothing dropped", rec.Complete, rec.IncompleteReason, rec.Dropped)
+	}
+	one, aggregated := 0, uint64(0)
+	for _, e := range bermbin.Timeline(t, d.state, "past-budget").Events {
+		switch {
+		case e.Syscall != nil && e.Syscall.Name == "getppid":
+			one++
+		case e.Aggregate != nil && e.Aggregate.Object == "getppid":
+			aggregated += e.Aggregate.Count
+		}
+	}
+	if made := rec.Syscalls["getppid"]; uint64(one)+aggregated != made || made < n {
+		t.Errorf("%d getppid recorded one by one + %d aggregated, the kernel counted %d (the tool made at least %d)", one, aggregated, made, n)
+	}
+	// The agent saw the budget, then some thousands more, not the half million: the kernel
+	// counted the rest.
+	if rec.Events > 50_000 {
+		t.Errorf("%d events went through the agent for %d getppid: the flood past the budget was not counted in the kernel", rec.Events, n)
+	}
+}
