@@ -111,7 +111,7 @@ func (r report) print() {
 	}
 
 	fr := r.flooder.Record
-	fmt.Printf("\nThe flooder (default event budget %d: past it, its events are counted per kind and object):\n\n", defaultBudget)
+	fmt.Printf("\nThe flooder (default event budget %d: past it, its events are counted per kind and object, a flooding syscall in the kernel):\n\n", defaultBudget)
 	fmt.Println("| flooder | value |")
 	fmt.Println("|---|---|")
 	fmt.Printf("| call duration | %s |\n", benchkit.MS(fr.End.Sub(fr.Start)))
