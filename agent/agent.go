@@ -82,6 +82,8 @@ type Agent struct {
 	slots [tracer.MaxSlots]bool
 
 	userDrops [tracer.MaxSlots]atomic.Uint64
+	// queued are the bytes of raw records in every call's queue (bounded: nodeBytes).
+	queued atomic.Int64
 	// consumed are the bytes of each slot's events the reader took out of the ring, told to
 	// the kernel per batch (its ring share: tracer.Config.RingShare).
 	consumed [tracer.MaxSlots]atomic.Uint64
@@ -462,7 +464,8 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	c.ended = true // under a.mu: the reader routes nothing to the call from now on
 	a.mu.Unlock()
 	// The worker stops after the event at hand; what it never took counts as lost.
-	late, stuck := c.stop(time.Second)
+	late, lostBytes, stuck := c.stop(time.Second)
+	a.queued.Add(-lostBytes)
 	if stuck {
 		return a.endStuck(c, res, errs)
 	}

@@ -17,6 +17,15 @@ import (
 // call whose worker lags, none for the others.
 const inboxBatches = 1024
 
+// The bytes of raw records waiting in queues are bounded too, per call and for the node: a
+// call flooding with large records (4 KiB paths, 8 KiB argv) would otherwise hold up to a
+// thousand batches of them in bermd's memory. Past either bound, the call's records are
+// dropped and counted against it.
+const (
+	inboxBytes = 32 << 20
+	nodeBytes  = 256 << 20
+)
+
 // worker is a call's own stage of the pipeline. The reader only sorts records by call (cheap,
 // the same for every record); decoding, judging, rules and the journal run here, per call, so
 // a call whose events are many or slow to judge delays itself and nobody else.
@@ -26,6 +35,7 @@ type worker struct {
 	done chan struct{}
 
 	routed uint64        // under Agent.mu: events handed to in
+	queued atomic.Int64  // bytes of raw records in in
 	taken  atomic.Uint64 // events the worker has finished with
 	ended  bool          // under Agent.mu: End took the call out; nothing more is routed
 
@@ -66,6 +76,8 @@ func (a *Agent) work(c *Call) {
 	for {
 		select {
 		case b := <-c.in:
+			c.queued.Add(-int64(len(b.buf)))
+			a.queued.Add(-int64(len(b.buf)))
 			evs := a.decodeBatch(c, b)
 			for i := range evs {
 				c.state.Lock()
@@ -103,13 +115,19 @@ func (a *Agent) route(c *Call, b *batch) {
 		a.m.orphans.Add(float64(n))
 		return
 	}
-	select {
-	case c.in <- b:
-		c.routed += n
-	default:
-		a.userDrops[c.slot].Add(n)
-		a.m.drops.WithLabelValues("user").Add(float64(n))
+	size := int64(len(b.buf))
+	if c.queued.Load()+size <= inboxBytes && a.queued.Load()+size <= nodeBytes {
+		select {
+		case c.in <- b:
+			c.queued.Add(size)
+			a.queued.Add(size)
+			c.routed += n
+			return
+		default:
+		}
 	}
+	a.userDrops[c.slot].Add(n)
+	a.m.drops.WithLabelValues("user").Add(float64(n))
 }
 
 // arm registers a barrier at what has been routed to the call so far (reader goroutine, after
@@ -141,10 +159,10 @@ func (w *worker) release() {
 }
 
 // stop ends the worker and returns, with the call's state held, how many of the call's
-// events it never processed. The caller has set ended, so nothing more arrives. A worker
+// events it never processed (and the bytes of the records among them still queued). The caller has set ended, so nothing more arrives. A worker
 // still inside one event after wait (a rule or the judge that does not return) is left to it:
 // stuck, and the state is not the caller's to read.
-func (w *worker) stop(wait time.Duration) (late uint64, stuck bool) {
+func (w *worker) stop(wait time.Duration) (late uint64, lostBytes int64, stuck bool) {
 	close(w.quit)
 	deadline := time.Now().Add(wait)
 	select {
@@ -153,7 +171,7 @@ func (w *worker) stop(wait time.Duration) (late uint64, stuck bool) {
 	case <-time.After(wait):
 		for !w.state.TryLock() {
 			if time.Now().After(deadline.Add(wait)) {
-				return 0, true
+				return 0, 0, true
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -163,8 +181,10 @@ func (w *worker) stop(wait time.Duration) (late uint64, stuck bool) {
 		select {
 		case b := <-w.in:
 			late += b.len()
+			w.queued.Add(-int64(len(b.buf)))
+			lostBytes += int64(len(b.buf))
 		default:
-			return late, false
+			return late, lostBytes, false
 		}
 	}
 }
