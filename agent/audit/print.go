@@ -149,6 +149,10 @@ func Describe(e *event.Event) string {
 		}
 		if e.Connect.Family == "inet" || e.Connect.Family == "inet6" {
 			addr = fmt.Sprintf("%s:%d", addr, e.Connect.Port)
+			// An IP destination is the kernel's copy where the connect hook saw it: say when not.
+			if e.Connect.AddrSource == "user" {
+				addr += " [address from user memory]"
+			}
 		}
 		return fmt.Sprintf("%s %s -> %s", Safe(e.Connect.Family), addr, result(e.Connect.Result, e.Connect.Errno))
 	case e.Syscall != nil:

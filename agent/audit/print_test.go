@@ -200,6 +200,9 @@ func TestDescribeNewFields(t *testing.T) {
 		{event.Event{Open: &event.Open{Path: "/a/b", PathTruncated: true, PathLen: 5000, PathSource: "user"}}, "/a/b [truncated, 5000 bytes] [path from user memory] RDONLY -> 0"},
 		{event.Event{Open: &event.Open{Path: "passwd", ResolvedPath: "/etc/passwd", PathSource: "kernel"}}, "passwd (/etc/passwd) RDONLY -> 0"},
 		{event.Event{Exec: &event.Exec{Filename: "/bin/x", Argv: []string{"x"}, Truncated: true, ArgsLen: 9000}}, "/bin/x [x] [argv truncated, 9000 bytes]"},
+		{event.Event{Connect: &event.Connect{Family: "inet", Addr: "10.0.0.1", Port: 443, AddrSource: "kernel"}}, "inet 10.0.0.1:443 -> 0"},
+		{event.Event{Connect: &event.Connect{Family: "inet", Addr: "10.0.0.1", Port: 443, AddrSource: "user"}}, "inet 10.0.0.1:443 [address from user memory] -> 0"},
+		{event.Event{Connect: &event.Connect{Family: "unix", Addr: "s.sock", AddrSource: "user"}}, "unix s.sock -> 0"},
 		{event.Event{Reload: &event.Reload{Surface: "network", Applied: true, Detail: "network policy reloaded", Generation: 2}}, "network policy reloaded (generation 2): network policy reloaded"},
 		{event.Event{Reload: &event.Reload{Surface: "network", Detail: "bad yaml"}}, "network policy reload refused: bad yaml"},
 	} {
