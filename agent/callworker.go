@@ -159,9 +159,10 @@ func (w *worker) release() {
 }
 
 // stop ends the worker and returns, with the call's state held, how many of the call's
-// events it never processed (and the bytes of the records among them still queued). The caller has set ended, so nothing more arrives. A worker
-// still inside one event after wait (a rule or the judge that does not return) is left to it:
-// stuck, and the state is not the caller's to read.
+// events it never processed (and the bytes of the records among them still queued). The
+// caller has set ended, so nothing more arrives. A worker still inside one event after wait
+// (a rule or the judge that does not return) is left to it: stuck, and the state is not the
+// caller's to read.
 func (w *worker) stop(wait time.Duration) (late uint64, lostBytes int64, stuck bool) {
 	close(w.quit)
 	deadline := time.Now().Add(wait)
