@@ -438,21 +438,22 @@ static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long r
 	e->pad = 0;
 	__builtin_memset(e->addr, 0, sizeof(e->addr));
 	struct pending *p = pending_of(task, 0);
+	/* This connect's entry ran (seccomp did not refuse it first): only then is what the hook
+	 * left this connect's, the entry having cleared what an earlier syscall's hook left. A
+	 * capture is consumed here, whatever it held. */
+	int entered = p && p->nr == NR_connect;
+	if (entered)
+		p->nr = NR_NONE;
 	__u64 tid = bpf_get_current_pid_tgid();
 	struct berm_kaddr *k = bpf_map_lookup_elem(&berm_connect_addr, &tid);
-	if (k) {
+	if (k && entered) {
 		/* the cgroup connect hook ran: the kernel's copy of the destination */
 		e->source = BERM_SRC_KERNEL;
 		e->family = k->family;
 		e->port = k->port;
 		__builtin_memcpy(e->addr, k->addr, sizeof(e->addr));
-		bpf_map_delete_elem(&berm_connect_addr, &tid);
-		if (p && p->nr == NR_connect) {
-			e->addrlen = p->addrlen;
-			p->nr = NR_NONE;
-		}
-	} else if (p && p->nr == NR_connect && p->source == BERM_SRC_USER) {
-		p->nr = NR_NONE;
+		e->addrlen = p->addrlen;
+	} else if (entered && p->source == BERM_SRC_USER) {
 		e->source = BERM_SRC_USER;
 		e->addrlen = p->addrlen;
 		__u16 family = *(__u16 *)p->addr;
@@ -471,6 +472,8 @@ static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long r
 			e->unix_path[sizeof(e->unix_path) - 1] = 0;
 		}
 	}
+	if (k)
+		bpf_map_delete_elem(&berm_connect_addr, &tid);
 	berm_output(cfg, r, sizeof(*e));
 	return 0;
 }

@@ -142,18 +142,7 @@ print(r, sa.raw[2:11].decode())
 // kernel connected to, taken from the kernel's own copy of the sockaddr by the cgroup connect
 // hook (source "kernel"), not from the caller's memory.
 func TestBlockedTCPConnectWithRewrittenSockaddr(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "loopback.yaml")
-	if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
-kind: ToolPolicy
-metadata: {name: loopback}
-spec:
-  isolation: {network: host-filtered}
-  network:
-    egress:
-      - {cidr: 127.0.0.1/32, ports: [1-65535]}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pol := loopbackPolicy(t)
 	out, events := runTool(t, "tcp-connect-rewrite", waitBlocked+`
 import ctypes, socket, struct, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -199,6 +188,72 @@ print(r, port, socket.inet_ntoa(addr2), port2)
 	}
 	if real != 2 {
 		t.Errorf("%d connects recorded to 127.0.0.1:%s, want 2 (the first and the blocked one)", real, port)
+	}
+}
+
+// loopbackPolicy lets the tool reach 127.0.0.1 on the host's network.
+func loopbackPolicy(t *testing.T) string {
+	t.Helper()
+	pol := filepath.Join(t.TempDir(), "loopback.yaml")
+	if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: loopback}
+spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {cidr: 127.0.0.1/32, ports: [1-65535]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
+// The connect hook also runs for a TCP Fast Open sendto, which is no connect: the destination
+// it saw there must not become the next connect's. A unix connect right after one (no hook runs
+// for it) is recorded with its own address, read from user memory, and no connect to the
+// sendto's destination appears.
+func TestFastOpenDestinationIsNotANextConnects(t *testing.T) {
+	out, events := runTool(t, "tfo-then-unix", `
+import socket
+srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+srv.bind(("127.0.0.1", 0))
+srv.listen(8)
+port = srv.getsockname()[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", port))
+except OSError as e:
+    print("sendto", e.errno)
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+usrv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+usrv.bind("real.sock")
+usrv.listen(1)
+u.connect("real.sock")
+print("ok", port)
+`, "--policy", loopbackPolicy(t))
+	f := strings.Fields(out)
+	if len(f) < 2 || f[len(f)-2] != "ok" {
+		t.Fatalf("the tool did not run through: %q", out)
+	}
+	port := f[len(f)-1]
+	var unixReal int
+	for _, e := range events {
+		if e.Connect == nil {
+			continue
+		}
+		if e.Connect.Family == "inet" && fmt.Sprint(e.Connect.Port) == port {
+			t.Errorf("a connect recorded to the Fast Open sendto's destination: %+v", *e.Connect)
+		}
+		if e.Connect.Family == "unix" && e.Connect.Addr == "real.sock" {
+			unixReal++
+			if e.Connect.AddrSource != "user" {
+				t.Errorf("unix connect address source %q, want user", e.Connect.AddrSource)
+			}
+		}
+	}
+	if unixReal != 1 {
+		t.Errorf("%d unix connects to real.sock recorded, want 1", unixReal)
 	}
 }
 
