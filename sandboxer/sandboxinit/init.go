@@ -70,7 +70,7 @@ type Config struct {
 	// Landlock is applied on the thread that starts the tool (nil in audit mode: Landlock
 	// cannot only report). Seccomp is installed on every thread of the init right before.
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
-	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	Seccomp  Program           `json:"seccomp,omitempty"`
 
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.

@@ -38,7 +38,7 @@ type toolConfig struct {
 	Env      []string          `json:"env"`
 	Dir      string            `json:"dir"`
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
-	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	Seccomp  Program           `json:"seccomp,omitempty"`
 	// Terminal: the stdin sent with the configuration is the call's pty; the tool takes it as
 	// its controlling terminal, and as stdout and stderr where the caller's are terminals.
 	Terminal *Terminal `json:"terminal,omitempty"`
