@@ -188,6 +188,13 @@ func Main() {
 		stage.kill()
 		report(Status{Error: msg}, 125)
 	}
+	// The stage reads (and decodes) its configuration while the root is built below; it does
+	// nothing with it until start, once the root, host name, network and memfd setting are the
+	// call's.
+	if err := stage.configure(&cfg, stdin); err != nil {
+		fatal(err.Error())
+	}
+	stdin.Close()
 	if err := setupMounts(&cfg, prepared, stage.up); err != nil {
 		fatal(err.Error())
 	}
@@ -215,10 +222,9 @@ func Main() {
 			fatal(err.Error())
 		}
 	}
-	if err := stage.configure(&cfg, stdin); err != nil {
+	if err := stage.start(); err != nil {
 		fatal(err.Error())
 	}
-	stdin.Close()
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
 	// building it twice.
