@@ -162,6 +162,7 @@ func Main() {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
+		warmUp()
 		if msg, fds, err = ch.next(); err != nil {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
