@@ -81,6 +81,8 @@ func main() {
 	soakOnly := flag.Bool("soak-only", false, "run the soak only")
 	soakProfile := flag.String("soak-profile", "", "save CPU profiles of the soaked bermd to FILE.before and FILE.after")
 	warmOnly := flag.Bool("warm-only", false, "run the warm launches (interleaved with bare exec and bwrap) and their per-phase breakdown only")
+	compare := flag.String("compare", "", "with DIR (another build's bin): compare the warm launches of --bin and DIR in alternating blocks, and nothing else")
+	blocks := flag.Int("blocks", 10, "with --compare: blocks per build")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
@@ -117,6 +119,11 @@ func main() {
 
 	state := filepath.Join(work, "state")
 	sock := filepath.Join(work, "bermd.sock")
+	if *compare != "" {
+		cmpArgs := []string{"--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+		compareWarm([]*variantRun{{label: *compare, bin: *compare}, {label: *bin, bin: *bin}}, work, ws, writePolicy(work, "base", 0, 0), cmpArgs, *n, *blocks)
+		return
+	}
 	// Cold launches first, from a bermd that keeps no warm sandboxes; then the default bermd.
 	dCold := startDaemon(bermd, state, sock, "--warm", "0")
 	basePol := writePolicy(work, "base", 0, 0)
