@@ -16,7 +16,7 @@ func LoadPolicy(path string, lim *event.Limits, explicit map[string]bool) (*poli
 	p := policy.Strict()
 	if path != "" {
 		var err error
-		if p, err = policy.Load(path); err != nil {
+		if p, err = policyFiles.load(path); err != nil {
 			return nil, err
 		}
 	}

@@ -66,12 +66,12 @@ const writeRights = landlock.WriteFile | landlock.MakeReg | landlock.MakeDir | l
 
 // mountsUnder lists the host's mount points strictly inside dir.
 func mountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	data, err := hostMounts.current()
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		if m, ok := policy.MountPointOf(line); ok && strings.HasPrefix(m, dir+"/") {
 			out = append(out, m)
 		}
@@ -84,12 +84,12 @@ func mountsUnder(dir string) []string {
 // sub-mounts (masked, and empty) and minus whatever the host mounted under /tmp (the call
 // gets a fresh one). The policy is compiled against it.
 func sandboxMountInfo(workspace string) string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	data, err := hostMounts.current()
 	if err != nil {
-		return ""
+		return "" // the compiler reads the table itself
 	}
 	var keep []string
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		if m, ok := policy.MountPointOf(line); ok && (strings.HasPrefix(m, workspace+"/") || strings.HasPrefix(m, "/tmp/")) {
 			continue
 		}

@@ -13,6 +13,8 @@ out=.bench/results.md
   echo
   # Launch latency and its per-phase breakdown, berm run without a running bermd (embedded and
   # on demand), syscall costs, and a soak of 10k calls with floods (≈2–3 min; --soak 0 skips it).
+  # Alone: go run ./testenv/bench/launch --bin bin --warm-only --soak 0 measures the warm
+  # launches (interleaved with bare exec and bwrap) and their per-phase breakdown in ≈20 s.
   go run ./testenv/bench/launch --bin bin
   echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.

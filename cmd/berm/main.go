@@ -4,6 +4,11 @@
 // handing a call to bermd needs (cmd/internal/runcli). Every other command, and `berm run`
 // with the agent embedded (no bermd), is berm-full's: this binary executes it from its own
 // directory, with the same arguments.
+//
+// It runs for one call and its Go runtime need not keep a goroutine that re-sizes GOMAXPROCS
+// to the cgroup's CPU quota while it waits for the call's end.
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -22,8 +22,11 @@ type Message struct {
 	Prepare *RootPlan `json:"prepare,omitempty"`
 	// Call is the call. Its frame carries the tool's stdin and the workspace's detached mount.
 	Call *Config `json:"call,omitempty"`
-	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin.
-	Tool *toolConfig `json:"tool,omitempty"`
+	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin. It is
+	// sent as soon as the call is known, so that the stage reads it while the init builds the
+	// call's root; Start then lets the stage go on, once the root is complete.
+	Tool  *toolConfig `json:"tool,omitempty"`
+	Start bool        `json:"start,omitempty"`
 }
 
 // maxFrame bounds a frame: a config is a few KiB to a few hundred (argv, Landlock rules).

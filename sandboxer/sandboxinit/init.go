@@ -70,7 +70,7 @@ type Config struct {
 	// Landlock is applied on the thread that starts the tool (nil in audit mode: Landlock
 	// cannot only report). Seccomp is installed on every thread of the init right before.
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
-	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	Seccomp  Program           `json:"seccomp,omitempty"`
 
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.
@@ -162,6 +162,7 @@ func Main() {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
+		warmUp()
 		if msg, fds, err = ch.next(); err != nil {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
@@ -188,6 +189,13 @@ func Main() {
 		stage.kill()
 		report(Status{Error: msg}, 125)
 	}
+	// The stage reads (and decodes) its configuration while the root is built below; it does
+	// nothing with it until start, once the root, host name, network and memfd setting are the
+	// call's.
+	if err := stage.configure(&cfg, stdin); err != nil {
+		fatal(err.Error())
+	}
+	stdin.Close()
 	if err := setupMounts(&cfg, prepared, stage.up); err != nil {
 		fatal(err.Error())
 	}
@@ -215,10 +223,9 @@ func Main() {
 			fatal(err.Error())
 		}
 	}
-	if err := stage.configure(&cfg, stdin); err != nil {
+	if err := stage.start(); err != nil {
 		fatal(err.Error())
 	}
-	stdin.Close()
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
 	// building it twice.

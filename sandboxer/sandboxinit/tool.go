@@ -38,7 +38,7 @@ type toolConfig struct {
 	Env      []string          `json:"env"`
 	Dir      string            `json:"dir"`
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
-	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	Seccomp  Program           `json:"seccomp,omitempty"`
 	// Terminal: the stdin sent with the configuration is the call's pty; the tool takes it as
 	// its controlling terminal, and as stdout and stderr where the caller's are terminals.
 	Terminal *Terminal `json:"terminal,omitempty"`
@@ -126,14 +126,21 @@ func (t *toolStage) up() error {
 	return nil
 }
 
-// configure hands the stage the tool's configuration and stdin; it then confines itself and
-// executes the tool.
+// configure hands the stage the tool's configuration and stdin. It waits for start.
 func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
 	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp, Terminal: cfg.Terminal}
-	err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd()))
+	if err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd())); err != nil {
+		return fmt.Errorf("configure the tool's stage: %w", err)
+	}
+	return nil
+}
+
+// start lets the configured stage go on: it confines itself and executes the tool.
+func (t *toolStage) start() error {
+	err := SendFrame(int(t.cfgW.Fd()), Message{Start: true})
 	t.cfgW.Close()
 	if err != nil {
-		return fmt.Errorf("configure the tool's stage: %w", err)
+		return fmt.Errorf("start the tool's stage: %w", err)
 	}
 	return nil
 }
@@ -212,6 +219,11 @@ func toolMain() {
 	msg, fds, err := ch.next()
 	if err != nil || msg.Tool == nil || len(fds) != 1 || len(msg.Tool.Argv) == 0 {
 		exit(125, fmt.Errorf("read the tool's configuration (%d files): %v", len(fds), err))
+	}
+	// Nothing of the configuration is used before the init says the call's root is complete:
+	// the workspace, /tmp and the Landlock rules' paths are the call's only from then on.
+	if next, more, err := ch.next(); err != nil || !next.Start || len(more) != 0 {
+		exit(125, fmt.Errorf("wait for the launcher's start (%d files): %v", len(more), err))
 	}
 	unix.Close(3)
 	tc := *msg.Tool

@@ -104,13 +104,46 @@ func dial(socket string) (int, error) {
 	return fd, nil
 }
 
-// Run sends the call to bermd with the given stdio and waits for its end. Values sent on
-// interrupts are forwarded while the call runs.
-func Run(socket string, req *Request, stdio [3]*os.File, interrupts <-chan os.Signal) (*Reply, error) {
+// Conn is a connection to bermd for one call, made before the call is sent: a caller that
+// looks for a running bermd keeps the connection that found it, instead of connecting twice.
+type Conn struct{ fd int }
+
+// Dial connects to bermd for one call.
+func Dial(socket string) (*Conn, error) {
 	fd, err := dial(socket)
 	if err != nil {
 		return nil, fmt.Errorf("connect to bermd at %s: %w", socket, err)
 	}
+	return &Conn{fd: fd}, nil
+}
+
+// Close lets go of a connection that will run no call.
+func (c *Conn) Close() error {
+	if c.fd < 0 {
+		return nil
+	}
+	err := unix.Close(c.fd)
+	c.fd = -1
+	return err
+}
+
+// Run sends the call to bermd with the given stdio and waits for its end. Values sent on
+// interrupts are forwarded while the call runs.
+func Run(socket string, req *Request, stdio [3]*os.File, interrupts <-chan os.Signal) (*Reply, error) {
+	c, err := Dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	return c.Run(req, stdio, interrupts)
+}
+
+// Run sends the call over the connection, as Run does; the connection is closed after.
+func (c *Conn) Run(req *Request, stdio [3]*os.File, interrupts <-chan os.Signal) (*Reply, error) {
+	fd := c.fd
+	if fd < 0 {
+		return nil, errors.New("connection to bermd already used or closed")
+	}
+	c.fd = -1
 	conn := os.NewFile(uintptr(fd), "bermd")
 	defer conn.Close()
 	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))

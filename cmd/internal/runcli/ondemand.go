@@ -48,7 +48,12 @@ func (o *Options) ViaDaemon() bool {
 		return false
 	}
 	callerLock = lockFile(callproto.CallerLock(o.Socket), unix.LOCK_SH)
-	if o.Daemon == "required" || callproto.Available(o.Socket) {
+	if o.Daemon == "required" {
+		return true
+	}
+	// The connection that finds a running bermd is the call's (Remote).
+	if c, err := callproto.Dial(o.Socket); err == nil {
+		o.conn = c
 		return true
 	}
 	if o.Daemon != "auto" || len(o.Rules) > 0 || o.NoRules || callerLock == nil {

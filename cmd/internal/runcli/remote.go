@@ -16,6 +16,9 @@ func (o *Options) Remote() int {
 		// Not silently: the caller asked for something this call will not get.
 		fmt.Fprintln(os.Stderr, "berm: warning: --rules and --no-rules are for the embedded agent; bermd evaluates its own ruleset (bermd --rules, --no-rules)")
 	}
+	if o.conn != nil {
+		defer o.conn.Close() // a call that is not sent
+	}
 	cleanup, err := o.Resolve()
 	defer cleanup()
 	if err != nil {
@@ -36,7 +39,12 @@ func (o *Options) Remote() int {
 		defer term.Close()
 		stdio[0] = term.Master
 	}
-	rep, err := callproto.Run(o.Socket, &o.Request, stdio, sigs)
+	var rep *callproto.Reply
+	if o.conn != nil {
+		rep, err = o.conn.Run(&o.Request, stdio, sigs)
+	} else {
+		rep, err = callproto.Run(o.Socket, &o.Request, stdio, sigs)
+	}
 	if term != nil {
 		term.Close()
 	}

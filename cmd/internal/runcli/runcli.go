@@ -34,6 +34,8 @@ type Options struct {
 	Envs          []string
 	TracedNames   []string
 	workspace     string
+	// conn is the connection to bermd ViaDaemon found it with, for Remote.
+	conn *callproto.Conn
 }
 
 type listFlag []string

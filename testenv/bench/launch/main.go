@@ -80,6 +80,9 @@ func main() {
 	soakLimit := flag.Duration("soak-time", 8*time.Minute, "time limit of the soak's calls")
 	soakOnly := flag.Bool("soak-only", false, "run the soak only")
 	soakProfile := flag.String("soak-profile", "", "save CPU profiles of the soaked bermd to FILE.before and FILE.after")
+	warmOnly := flag.Bool("warm-only", false, "run the warm launches (interleaved with bare exec and bwrap) and their per-phase breakdown only")
+	compare := flag.String("compare", "", "with DIR (another build's bin): compare the warm launches of --bin and DIR in alternating blocks, and nothing else")
+	blocks := flag.Int("blocks", 10, "with --compare: blocks per build")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
@@ -116,6 +119,11 @@ func main() {
 
 	state := filepath.Join(work, "state")
 	sock := filepath.Join(work, "bermd.sock")
+	if *compare != "" {
+		cmpArgs := []string{"--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+		compareWarm([]*variantRun{{label: *compare, bin: *compare}, {label: *bin, bin: *bin}}, work, ws, writePolicy(work, "base", 0, 0), cmpArgs, *n, *blocks)
+		return
+	}
 	// Cold launches first, from a bermd that keeps no warm sandboxes; then the default bermd.
 	dCold := startDaemon(bermd, state, sock, "--warm", "0")
 	basePol := writePolicy(work, "base", 0, 0)
@@ -145,6 +153,28 @@ func main() {
 				warmCalls = append(warmCalls, cliCall{id, start, start.Add(tBerm[i])})
 			}
 		}
+		return
+	}
+	if *warmOnly {
+		dCold.stop()
+		d := startDaemon(bermd, state, sock)
+		defer d.stop()
+		wBare, wBwrap, wBerm := interleaved(d, "warm")
+		fmt.Printf("## Warm launch latency (%d launches each, interleaved)\n\n", *n)
+		fmt.Println("| variant | p50 | p90 | p99 | p50 overhead over bare exec | overhead / bwrap's |")
+		fmt.Println("|---|---|---|---|---|---|")
+		b50 := pct(wBare, .5)
+		for _, v := range []struct {
+			name string
+			t    []time.Duration
+		}{{"bare exec /bin/true", wBare}, {"bwrap --unshare-all /bin/true", wBwrap}, {"**berm run, warm sandbox**", wBerm}} {
+			fmt.Printf("| %s | %s | %s | %s | %s | %.2f |\n", v.name, ms(pct(v.t, .5)), ms(pct(v.t, .9)), ms(pct(v.t, .99)),
+				ms(pct(v.t, .5)-b50), float64(pct(v.t, .5)-b50)/float64(pct(wBwrap, .5)-b50))
+		}
+		fmt.Println()
+		rows, err := breakdown(state, warmCalls, d.served)
+		must(err)
+		printBreakdown(rows, wBerm)
 		return
 	}
 	cBare, cBwrap, cBerm := interleaved(dCold, "cold")

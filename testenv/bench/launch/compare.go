@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// variantRun is one build's warm launches in a comparison, with the bare execs and bwrap
+// launches interleaved with them.
+type variantRun struct {
+	label             string
+	bin               string
+	bare, bwrap, berm []time.Duration
+	calls             []cliCall
+	served            *served
+}
+
+// compareWarm measures the warm launch of two builds in alternating blocks (A, B, A, B, ...),
+// each launch interleaved with its own bare exec and bwrap launch, one bermd at a time: the
+// machine's noise, which drifts over seconds on these shared 2-core machines, hits both builds
+// alike. Prints each build's ratio and per-phase breakdown side by side.
+func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, blocks int) {
+	for _, v := range vs {
+		v.served = &served{calls: map[string]servedTimes{}}
+	}
+	per := max(n/blocks, 1)
+	for b := 0; b < blocks; b++ {
+		for vi, v := range vs {
+			state := filepath.Join(work, fmt.Sprintf("state-%d", vi))
+			sock := filepath.Join(work, fmt.Sprintf("v%d.sock", vi))
+			_ = os.Remove(sock)
+			d := startDaemon(filepath.Join(v.bin, "bermd"), state, sock)
+			for i := 0; i < per; i++ {
+				d.settle()
+				v.bare = append(v.bare, timeRun("/bin/true"))
+				d.settle()
+				v.bwrap = append(v.bwrap, timeRun("bwrap", bwrapArgs...))
+				d.settle()
+				id := fmt.Sprintf("cmp%d-%d-%d-%d", vi, os.Getpid(), b, i)
+				start := time.Now()
+				t := timeRun(filepath.Join(v.bin, "berm"), "run", "--socket", sock, "--daemon", "required", "--workspace", ws,
+					"--policy", pol, "--call-id", id, "--", "/bin/true")
+				v.berm = append(v.berm, t)
+				v.calls = append(v.calls, cliCall{id, start, start.Add(t)})
+			}
+			d.stop()
+			// Every block's daemon logged into its own map: the build's is their union.
+			d.served.mu.Lock()
+			for id, t := range d.served.calls {
+				v.served.calls[id] = t
+			}
+			d.served.mu.Unlock()
+		}
+	}
+	fmt.Printf("## Warm launch, %d builds in alternating blocks (%d blocks of %d launches each, interleaved with bare exec and bwrap)\n\n", len(vs), blocks, per)
+	fmt.Println("| build | bare p50 | bwrap p50 | berm p50 | berm p90 | berm overhead over bare (p50) | bwrap overhead | berm / bwrap overhead |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, v := range vs {
+		b50 := pct(v.bare, .5)
+		o, ob := pct(v.berm, .5)-b50, pct(v.bwrap, .5)-b50
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %.2f |\n", v.label, ms(b50), ms(pct(v.bwrap, .5)), ms(pct(v.berm, .5)),
+			ms(pct(v.berm, .9)), ms(o), ms(ob), float64(o)/float64(ob))
+	}
+	fmt.Println()
+	cols := make([][]time.Duration, len(vs)) // p50 of each phase, per build
+	for vi, v := range vs {
+		state := filepath.Join(work, fmt.Sprintf("state-%d", vi))
+		rows, err := breakdown(state, v.calls, v.served)
+		must(err)
+		for j := range phaseNames {
+			col := make([]time.Duration, len(rows))
+			for i, r := range rows {
+				col[i] = r[j]
+			}
+			cols[vi] = append(cols[vi], pct(col, .5))
+		}
+	}
+	fmt.Print("| phase (p50) |")
+	for _, v := range vs {
+		fmt.Printf(" %s |", v.label)
+	}
+	fmt.Print("\n|---|")
+	for range vs {
+		fmt.Print("---|")
+	}
+	fmt.Println()
+	for j, name := range phaseNames {
+		fmt.Printf("| %s |", name)
+		for vi := range vs {
+			fmt.Printf(" %s |", ms(cols[vi][j]))
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+}
