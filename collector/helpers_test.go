@@ -18,8 +18,8 @@ import (
 
 	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/agent/policy"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 	"github.com/bermsec/berm/testenv/testutil"
 )
