@@ -3,12 +3,16 @@ package collector
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/probe"
 	"github.com/bermsec/berm/testenv/bermbin"
 	"github.com/bermsec/berm/testenv/testutil"
@@ -129,4 +133,79 @@ func TestMatrixGolden(t *testing.T) {
 	if again := matrix(false, "--source", dsn); again != string(want) {
 		t.Errorf("matrix from clickhouse with every row twice:\n%s\nwant:\n%s", again, want)
 	}
+}
+
+// A tool that floods its call past the event budget hopes its refusals vanish into counts
+// per object: the record's policy surface must still hold every one of them as a violation,
+// and so must the matrix, from the journal and from ClickHouse.
+func TestMatrixFloodPastBudget(t *testing.T) {
+	testutil.RequireRoot(t, "berm run creates cgroups and namespaces and loads eBPF")
+	s := server(t)
+	dsn := freshDB(t, s)
+	bin := bermbin.Path(t, "berm")
+	state := t.TempDir()
+	pol := filepath.Join(t.TempDir(), "tight.yaml")
+	if err := os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata:\n  name: tight\nspec:\n  observability:\n    eventBudget: 50\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const tries = 300
+	script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo x > /usr/berm-flood-$i 2>/dev/null; i=$((i+1)); done; true", tries)
+	if out, err := exec.Command(bin, "run", "--state-dir", state, "--tool", "flooder", "--tenant", "acme", "--policy", pol, "--", "/bin/sh", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("berm run: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "calls", "--state-dir", state, "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []audit.Call
+	if err := json.Unmarshal(out, &calls); err != nil || len(calls) != 1 || calls[0].Record == nil {
+		t.Fatalf("berm calls --json: %v\n%s", err, out)
+	}
+	r := calls[0].Record
+	if r.Aggregated == 0 {
+		t.Fatalf("the call stayed within its budget (%d events): the test floods nothing", r.Events)
+	}
+	pol1 := r.Surfaces[2]
+	if pol1.Surface != event.SurfacePolicy || !pol1.Violated || pol1.Violations < tries || pol1.Violations != r.Denials[event.SurfacePolicy]+alertsOn(t, bin, state, r.CallKey, event.SurfacePolicy) {
+		t.Errorf("policy surface %+v after %d refused writes (denials %v, %d aggregated)", pol1, tries, r.Denials, r.Aggregated)
+	}
+	c, _ := newCollector(t, state, dsn, nil)
+	if err := c.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range [][]string{nil, {"--source", dsn}} {
+		out, err := exec.Command(bin, append([]string{"matrix", "--state-dir", state, "--json", "--surface", "policy"}, src...)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m audit.Matrix
+		if err := json.Unmarshal(out, &m); err != nil || len(m.Tools) != 1 {
+			t.Fatalf("berm matrix --json %v: %v\n%s", src, err, out)
+		}
+		if cell := m.Tools[0].Cells[0]; cell.Worst != event.StateViolated || cell.Violations != pol1.Violations {
+			t.Errorf("matrix %v: policy cell %+v, want violated with %d violations", src, cell, pol1.Violations)
+		}
+	}
+}
+
+// alertsOn counts the call's alerts on a surface, from its timeline.
+func alertsOn(t *testing.T, bin, state, key, surface string) uint64 {
+	out, err := exec.Command(bin, "timeline", "--state-dir", state, "--json", key).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tl audit.TimelineJSON
+	if err := json.Unmarshal(out, &tl); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, e := range tl.Events {
+		if e.Kind == event.KindAlert && e.Alert.Surface == surface {
+			n++
+		}
+		if e.Kind == event.KindAggregate && e.Aggregate.Kind == event.KindAlert {
+			t.Fatalf("alerts aggregated: count them by surface some other way")
+		}
+	}
+	return n
 }
