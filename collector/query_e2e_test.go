@@ -89,7 +89,7 @@ func TestQueriesOnServer(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q, err := src.tables().CallRecordRaws(tt.f)
+			q, err := src.Tables().CallRecordRaws(tt.f)
 			raws, err := src.raws(ctx, "calls", q, err)
 			if err != nil {
 				t.Fatal(err)
@@ -135,7 +135,7 @@ func TestQueriesOnServer(t *testing.T) {
 		}
 	}
 	// The matrix query's SQL names no value.
-	q, _ := src.tables().Matrix(query.Filter{Tenant: hostile})
+	q, _ := src.Tables().Matrix(query.Filter{Tenant: hostile})
 	if strings.Contains(q.SQL, "acme") {
 		t.Errorf("matrix SQL holds the filter's value: %s", q.SQL)
 	}

@@ -100,3 +100,18 @@ func TestPrintMatrixEscapesAndColours(t *testing.T) {
 		t.Errorf("cells not coloured by class:\n%q", colour.String())
 	}
 }
+
+func TestPrintMatrixSaysAbsentPlainly(t *testing.T) {
+	calls := []Call{
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "a"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "approval": "absent"}, nil)}},
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "b"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "approval": "absent"}, map[string]uint64{"approval": 1})}},
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "b"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "policy": "absent"}, nil)}},
+	}
+	var b bytes.Buffer
+	if err := PrintMatrix(&b, FoldMatrix(MatrixRows(calls, "")), false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nabsent for every call: credential (nothing enforced them).\n") {
+		t.Errorf("credential alone is absent for every call (approval was violated once, policy enforced once):\n%s", b.String())
+	}
+}
