@@ -1,6 +1,8 @@
 # berm — see README.md. `sudo make demo` and `sudo make test` do all the set-up themselves.
 GO       ?= go
 BIN      := bin
+# The Grafana datasource plugin, installable as it is (see dashboards/README.md).
+PLUGIN   := $(BIN)/grafana/berm-datasource
 CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
@@ -11,6 +13,10 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	@mkdir -p $(PLUGIN)/img
+	$(GO) build -o $(PLUGIN)/gpx_berm-datasource_$$($(GO) env GOOS)_$$($(GO) env GOARCH) ./dashboards/plugin/cmd/berm-datasource
+	cp dashboards/plugin/dist/plugin.json dashboards/plugin/dist/module.js $(PLUGIN)/
+	cp dashboards/plugin/dist/img/logo.svg $(PLUGIN)/img/
 
 # Debian packages the build, tests and demo use (clang only for `make generate`).
 deps:

@@ -28,7 +28,7 @@ type realCall struct {
 const hostileName = "x' OR 1=1 -- \\ ${tenant} $__all\nline2"
 
 var fixtureCalls = []realCall{
-	{"benign", "acme", "shell", nil, []string{"/bin/sh", "-c", "echo hello; cat /etc/hostname >/dev/null; ls / >/dev/null"}},
+	{"benign", "acme", "shell", nil, []string{"/bin/sh", "-c", "echo hello; cat /etc/hostname >/dev/null"}},
 	// the built-in policy refuses writes outside the workspace and /tmp (Landlock)
 	{"denial", "acme", "writer", nil, []string{"/bin/sh", "-c", "echo x > /etc/berm-dashboards-denied; echo y > /usr/berm-denied; true"}},
 	// new namespaces inside the call: the escape-unshare rule's alert, an escape syscall

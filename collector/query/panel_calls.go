@@ -34,7 +34,7 @@ func init() {
 		return []Statement{{Name: "calls", Shape: Table, SQL: fmt.Sprintf(`SELECT start_time AS time, tenant, tool, call_id, call_key, end_reason,
     exit_status, round(duration_ns / 1e6, 3) AS duration_ms, complete, incomplete_reason,
     arraySum(denial_counts) AS denials, alerts, dropped_kernel + dropped_user AS dropped, node AS host,
-    arrayStringConcat(argv, ' ') AS argv
+    arrayStringConcat(argv, ' ') AS command
 FROM %s
 WHERE %s
 ORDER BY start_time DESC, call_key
