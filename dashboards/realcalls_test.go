@@ -78,7 +78,7 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 		{"shell", "observability", "enforced"},
 		{"writer", "policy", "violated ×2"},
 		{"escaper", "isolation", "violated ×1"},
-		{"escaper", "policy", "violated ×1"}, // seccomp refused the unshare
+		{"escaper", "policy", "violated ×1"},   // seccomp refused the unshare
 		{"sleeper", "resource", "violated ×2"}, // the limit hit and its alert
 		{"planter", "policy", "violated ×1"},   // the egress denial
 	} {
