@@ -216,11 +216,15 @@ type Call struct {
 	cgroup uint64
 	slot   uint32
 
-	judge     Judge
-	policy    *policy.Compiled
-	net       *netguard.CallNet
-	lsm       bool
-	cgroupDir string
+	judge  Judge
+	policy *policy.Compiled
+	net    *netguard.CallNet
+	lsm    bool
+	// The call's surfaces (surfaces.go): the kernel layers attached to it, those its policy
+	// asked for and the kernel refused.
+	netAttached, lsmAttached bool
+	refused                  []string
+	cgroupDir                string
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
 	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
@@ -239,6 +243,8 @@ type Call struct {
 	seq     uint64
 	counts  event.Counts
 	denials map[string]uint64
+	alerts  map[string]uint64 // surface -> alerts
+	limits  uint64            // cap hits
 	procs   map[uint32]string // pid -> executable
 	pending []event.Event
 	agg     aggregator
@@ -300,7 +306,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe}
 	if c.initExe == "" {
 		c.initExe = "berm-init"
 	}
@@ -329,6 +335,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		err = fmt.Errorf("begin call %s: %w", start.CallID, err)
 		rec := &event.CallRecord{CallStart: c.Start, End: time.Now(), EndReason: event.EndSetupFailed, EndDetail: err.Error(),
 			ExitStatus: 125, Syscalls: map[string]uint64{}, Denials: map[string]uint64{}, Complete: true}
+		rec.Surfaces = c.surfaces(rec, nil, 0)
 		if jerr := a.jw.AppendCallEnd(rec); jerr != nil {
 			a.m.journalErrs.Inc()
 			err = errors.Join(err, jerr)
@@ -372,14 +379,16 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 		if err != nil {
 			return err
 		}
-		c.net = cn
+		c.net, c.netAttached = cn, true
 	}
-	if a.lsm != nil {
+	if a.lsm == nil {
+		c.refused = append(c.refused, event.LayerLSM)
+	} else {
 		rules := lsm.FromLandlock(p.Landlock, uint32(len(p.Rules)))
 		if err := a.lsm.SetPolicy(c.cgroup, rules...); err != nil {
 			return err
 		}
-		c.lsm = true
+		c.lsm, c.lsmAttached = true, true
 	}
 	return nil
 }
@@ -498,6 +507,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	rec.Events = c.seq
 	rec.Complete = len(incomplete) == 0
 	rec.IncompleteReason = strings.Join(incomplete, "; ")
+	rec.Surfaces = c.surfaces(rec, c.alerts, c.limits)
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
@@ -556,6 +566,7 @@ func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, 
 	rec, kerrs := a.newRecord(c, res, "", map[string]uint64{})
 	errs = append(errs, kerrs...)
 	rec.IncompleteReason = "the call's stage of the pipeline is stuck in one of its events (a rule or the judge did not return): its counts are unknown and its trail ends here"
+	rec.Surfaces = c.surfaces(rec, nil, 0)
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
@@ -652,6 +663,12 @@ func (a *Agent) record(c *Call, ev *event.Event) {
 		if ev.Kind == event.KindDenial && ev.Denial != nil {
 			c.denials[ev.Denial.Surface]++
 			a.m.denials.WithLabelValues(ev.Denial.Layer, ev.Denial.Surface, auditLabel(ev.Denial.Audit)).Inc()
+		}
+		if ev.Kind == event.KindAlert && ev.Alert != nil {
+			c.alerts[ev.Alert.Surface]++
+		}
+		if ev.Kind == event.KindLimit {
+			c.limits++
 		}
 	}
 	if c.agg.take(ev) {

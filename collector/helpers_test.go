@@ -19,6 +19,7 @@ import (
 	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/agent/policy"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 	"github.com/bermsec/berm/testenv/testutil"
 )
@@ -185,6 +186,11 @@ func writeCalls(t testing.TB, stateDir, prefix string, calls, eventsPerCall, per
 			}
 			if c%2 == 1 {
 				r.Denials = nil
+			}
+			// Surfaces as policy.SurfaceStates gives them; a record of before surfaces (every
+			// fifth) has none.
+			if c%5 != 4 {
+				r.Surfaces = policy.SurfaceStates(policy.SurfaceFacts{Layers: r.Layers, Caps: true, Complete: c%3 != 2, Denials: r.Denials})
 			}
 			if r.Complete = c%3 != 2; !r.Complete {
 				r.IncompleteReason = "3 events lost in the kernel"

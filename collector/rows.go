@@ -154,6 +154,7 @@ type callRows struct {
 	syscallCounts, denialCounts        [][]uint64
 	events, alerts, dropKern, dropUser []uint64
 	raw                                []string
+	surfaces                           // CallRecord.Surfaces (surfaces.go)
 	callColumns                        // the columns CallRecord's ch tags map (rows_gen.go)
 }
 
@@ -208,6 +209,7 @@ func (r *callRows) add(c *event.CallRecord, raw string) {
 	r.dropKern = append(r.dropKern, c.Dropped.Kernel)
 	r.dropUser = append(r.dropUser, c.Dropped.User)
 	r.raw = append(r.raw, raw)
+	r.surfaces.add(c.Surfaces)
 	r.callColumns.add(c)
 }
 
@@ -232,5 +234,5 @@ func (r *callRows) columns(d Dialect) []column {
 		column{"denial_counts", r.denialCounts}, column{"events", r.events},
 		column{"alerts", r.alerts}, column{"dropped_kernel", r.dropKern},
 		column{"dropped_user", r.dropUser}, column{"raw", r.raw}, column{"call_key", r.callKey},
-	), r.callColumns.columns()...)
+	), append(r.surfaces.columns(), r.callColumns.columns()...)...)
 }

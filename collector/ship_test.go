@@ -44,6 +44,20 @@ func TestShipAndReadBack(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE complete = 0 AND incomplete_reason = '3 events lost in the kernel'"); n != 2 {
 		t.Fatalf("incomplete calls: %d rows, want 2", n)
 	}
+	// The surfaces, one row per call and surface: calls 0..5, call 4 with none (a record of
+	// before surfaces); policy enforced by landlock, violated where the call had a denial
+	// (the even ones); observability degraded where the trail is incomplete (c%3 == 2).
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls ARRAY JOIN surfaces AS surface, surface_states AS state WHERE length(surfaces) = 6"); n != 5*6 {
+		t.Fatalf("surface rows: %d, want %d", n, 5*6)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls ARRAY JOIN surfaces AS surface, surface_states AS state, surface_layers AS layers, surface_violations AS v "+
+		"WHERE surface = 'policy' AND state = 'enforced' AND layers = ['landlock'] AND v = 1"); n != 2 {
+		t.Fatalf("violated policy surfaces: %d, want 2 (calls 0 and 2; call 4 has no surfaces)", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls ARRAY JOIN surfaces AS surface, surface_states AS state "+
+		"WHERE surface = 'observability' AND state = 'absent'"); n != 5 {
+		t.Fatalf("absent observability: %d, want 5 (the test records name no trace layer)", n)
+	}
 	sameAsJournal(t, state, dsn, 8)
 	// Running again ships nothing twice.
 	if err := c.RunOnce(context.Background()); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/query"
 )
 
 // CHSource reads calls and timelines from ClickHouse: the same Call and Event values as
@@ -58,22 +59,17 @@ func (s *CHSource) ctx() (context.Context, context.CancelFunc) {
 func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	where := "1"
-	if f.Tenant != "" {
-		where += " AND tenant = " + quote(f.Tenant)
-	}
+	qf := query.Filter{Since: f.Since, Tenant: f.Tenant}
 	if f.Tool != "" {
-		where += " AND tool = " + quote(f.Tool)
+		qf.Tools = []string{f.Tool}
 	}
-	if !f.Since.IsZero() {
-		// The DateTime column has whole seconds: select generously, filter exactly below.
-		where += fmt.Sprintf(" AND start_time >= toDateTime(%d)", f.Since.Unix()-1)
-	}
-	starts, err := s.raws(ctx, "call_starts", where)
+	q, err := s.tables().CallStartRaws(qf)
+	starts, err := s.raws(ctx, "call_starts", q, err)
 	if err != nil {
 		return nil, err
 	}
-	ends, err := s.raws(ctx, "calls", where)
+	q, err = s.tables().CallRecordRaws(qf)
+	ends, err := s.raws(ctx, "calls", q, err)
 	if err != nil {
 		return nil, err
 	}
@@ -110,14 +106,17 @@ func decodeCallRecord(raw string) (*event.CallRecord, error) {
 	return &r, nil
 }
 
-// raws reads the raw records of a call table, in start order.
-func (s *CHSource) raws(ctx context.Context, table, where string) ([]string, error) {
-	order := "start_time"
-	if s.o.Dialect == Legacy {
-		order = "start_time, start_ns"
+func (s *CHSource) tables() query.Tables {
+	return query.Tables{Database: s.o.Database, Dialect: query.Dialect(s.o.Dialect)}
+}
+
+// raws reads the raw records of a call table that q selects (a query.Tables query and its
+// error).
+func (s *CHSource) raws(ctx context.Context, table string, q query.Query, err error) ([]string, error) {
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", table, err)
 	}
-	q := "SELECT raw FROM " + s.o.Table(table) + " WHERE " + where + " ORDER BY " + order
-	rows, err := s.conn.Query(ctx, q)
+	rows, err := s.conn.Query(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", table, err)
 	}
@@ -141,11 +140,8 @@ func (s *CHSource) raws(ctx context.Context, table, where string) ([]string, err
 func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	where := "call_key = " + quote(id) + " OR call_id = " + quote(id)
-	if tenant, callID, ok := strings.Cut(id, "/"); ok {
-		where += " OR (tenant = " + quote(tenant) + " AND call_id = " + quote(callID) + ")"
-	}
-	starts, err := s.raws(ctx, "call_starts", where)
+	q, err := s.tables().CallStartsByID(id)
+	starts, err := s.raws(ctx, "call_starts", q, err)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,7 +164,8 @@ func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 		return nil, nil, fmt.Errorf("call %q: %w (call keys %s): name one by its key or as TENANT/ID", id, audit.ErrAmbiguous, strings.Join(keys, ", "))
 	}
 	callID := call.Start.CallID
-	ends, err := s.raws(ctx, "calls", "tenant = "+quote(call.Start.Tenant)+" AND call_id = "+quote(callID))
+	q, err = s.tables().CallRecordsOf(call.Start.Tenant, callID)
+	ends, err := s.raws(ctx, "calls", q, err)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,16 +186,11 @@ func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 }
 
 func (s *CHSource) events(ctx context.Context, tenant, tool, callID, callKey string) ([]event.Event, error) {
-	timeCols := "time"
-	if s.o.Dialect == Legacy {
-		timeCols = "toUInt32(time), time_ns"
+	q, err := s.tables().Events(eventReadColumns, tenant, tool, callID, callKey)
+	if err != nil {
+		return nil, fmt.Errorf("query events: %w", err)
 	}
-	// Events may carry their call's tenant and tool or leave them empty; either way the
-	// primary key (tenant, tool, call_id, ...) narrows the read.
-	q := "SELECT " + timeCols + ", kind, " + strings.Join(eventReadColumns, ", ") + ", detail FROM " +
-		s.o.Table("events") + fmt.Sprintf(" WHERE tenant IN (%s, '') AND tool IN (%s, '') AND call_id = %s AND call_key = %s ORDER BY seq",
-		quote(tenant), quote(tool), quote(callID), quote(callKey))
-	rows, err := s.conn.Query(ctx, q)
+	rows, err := s.conn.Query(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("query events: %w", err)
 	}

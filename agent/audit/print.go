@@ -78,6 +78,9 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "  complete: %s\n", completeness(r, true))
+		if len(r.Surfaces) > 0 {
+			fmt.Fprintf(w, "  surfaces: %s\n", surfaceSummary(r.Surfaces))
+		}
 		fmt.Fprintf(w, "  usage:   cpu=%s  peak_memory=%s  output=%s  syscalls=%d\n",
 			time.Duration(r.CPUTimeNs).Round(time.Microsecond), bytesHuman(int64(r.PeakMemory)), bytesHuman(r.OutputBytes), r.SyscallTotal)
 		if len(r.Syscalls) > 0 {
@@ -280,4 +283,17 @@ func bytesHuman(n int64) string {
 		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// surfaceSummary is a record's surfaces on one line: isolation=enforced policy=audit!3 ...
+// (!N: N violations attributed to the surface).
+func surfaceSummary(ss []event.SurfaceState) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = Safe(s.Surface) + "=" + Safe(s.State)
+		if s.Violated {
+			parts[i] += fmt.Sprintf("!%d", s.Violations)
+		}
+	}
+	return strings.Join(parts, " ")
 }

@@ -85,6 +85,20 @@ type CallRecord struct {
 	Leftovers []Leftover `json:"leftovers,omitempty"`
 	// LeftoversTruncated: the scan stopped at its bound, or the list at its cap.
 	LeftoversTruncated bool `json:"leftovers_truncated,omitempty"`
+	// Surfaces say how each of the six surfaces stood for the call, one per surface in
+	// Surfaces order (policy.SurfaceStates computes them). ClickHouse holds them as parallel
+	// arrays (surfaces, surface_states, surface_layers, surface_violations), mapped by hand.
+	Surfaces []SurfaceState `json:"surfaces,omitempty" ch:"-"`
+}
+
+// SurfaceState is how one surface stood for a call.
+type SurfaceState struct {
+	Surface string   `json:"surface"` // Surface* name
+	State   string   `json:"state"`   // State* name: enforced, audit, degraded, absent
+	Layers  []string `json:"layers"`  // the Layer* names that enforced (or, in audit mode, watched) it
+	// Violated: denials, alerts or cap hits were attributed to the surface (Violations of them).
+	Violated   bool   `json:"violated"`
+	Violations uint64 `json:"violations"` // denials (audit mode's would-be denials too), alerts and cap hits
 }
 
 // Leftover is one thing found in the workspace after the call.

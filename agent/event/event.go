@@ -186,7 +186,7 @@ type Syscall struct {
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode
 // and the action was allowed but would have been refused.
 type Denial struct {
-	Layer   string `json:"layer"`             // landlock, seccomp, bpf-cgroup, bpf-lsm, mount, ...
+	Layer   string `json:"layer"`             // Layer* names: landlock, seccomp, bpf-cgroup-sock, bpf-lsm, mount, ...
 	Surface string `json:"surface"`           // isolation, resource, policy, credential, approval, observability
 	Rule    string `json:"rule" ch:"rule,lc"` // what fired
 	Object  string `json:"object" ch:"path"`  // path, address or syscall

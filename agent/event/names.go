@@ -28,6 +28,17 @@ const (
 	SurfaceObservability = "observability"
 )
 
+// Surface states: how a call's surface stood (SurfaceState.State). Violated is not a state but
+// an overlay on any of them (SurfaceState.Violated); StateViolated names it where one word
+// must say both, as in a cell of berm matrix.
+const (
+	StateEnforced = "enforced" // a layer enforced the surface
+	StateAudit    = "audit"    // the policy's mode is audit: recorded, not blocked
+	StateDegraded = "degraded" // configured, but a layer it needs was refused (by the kernel, or events were lost)
+	StateAbsent   = "absent"   // nothing configured or enforced it
+	StateViolated = "violated" // denials, alerts or cap hits were attributed to it
+)
+
 // Surfaces lists the surfaces in their stable order.
 var Surfaces = []string{SurfaceIsolation, SurfaceResource, SurfacePolicy, SurfaceCredential, SurfaceApproval, SurfaceObservability}
 

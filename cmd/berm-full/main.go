@@ -16,6 +16,7 @@ usage:
   berm run [flags] -- CMD [ARGS...]   run a tool call in its own sandbox
   berm calls [flags]                  list calls
   berm timeline [flags] CALL_ID       print a call's events in order
+  berm matrix [flags]                 the tools x surfaces matrix: each surface's worst state per tool
   berm doctor [--json]                what this kernel lets berm use
 
 every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
@@ -35,6 +36,7 @@ func main() {
 		"run":      cmdRun,
 		"calls":    cmdCalls,
 		"timeline": cmdTimeline,
+		"matrix":   cmdMatrix,
 		"doctor":   cmdDoctor,
 	}
 	for name, fn := range extraCommands {

@@ -36,6 +36,20 @@ func schemeOf(s string) string {
 	return ""
 }
 
+// parseSince reads --since: a duration ago (1h) or an RFC 3339 time; "" is no bound.
+func parseSince(since string) (time.Time, error) {
+	if since == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(since); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, since); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since: expected a duration like 1h or an RFC 3339 time, got %q", since)
+}
+
 func cmdCalls(args []string) int {
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
@@ -48,14 +62,9 @@ func cmdCalls(args []string) int {
 		return 2
 	}
 	f := audit.Filter{Tool: *tool, Tenant: *tenant}
-	if *since != "" {
-		if d, err := time.ParseDuration(*since); err == nil {
-			f.Since = time.Now().Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, *since); err == nil {
-			f.Since = t
-		} else {
-			return fail("--since: expected a duration like 1h or an RFC 3339 time, got %q", *since)
-		}
+	var err error
+	if f.Since, err = parseSince(*since); err != nil {
+		return fail("%v", err)
 	}
 	src, closeSrc, err := openSource(*stateDir, *source)
 	if err != nil {

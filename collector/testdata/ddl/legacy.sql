@@ -131,3 +131,13 @@ ALTER TABLE berm.call_starts ADD COLUMN call_key String;
 ALTER TABLE berm.calls ADD COLUMN call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN call_key String;
+
+-- migration 0006 add_surfaces
+
+ALTER TABLE berm.calls ADD COLUMN surfaces Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN surface_states Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN surface_layers Array(Array(String));
+
+ALTER TABLE berm.calls ADD COLUMN surface_violations Array(UInt64);

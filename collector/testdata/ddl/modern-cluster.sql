@@ -158,3 +158,21 @@ ALTER TABLE berm.call_starts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key S
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
 
 ALTER TABLE berm.alerts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0006 add_surfaces
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surfaces Array(String);
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_states Array(String);
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_layers Array(Array(String));
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surfaces Array(String);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_states Array(String);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_layers Array(Array(String));
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);

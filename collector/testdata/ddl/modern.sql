@@ -130,3 +130,13 @@ ALTER TABLE berm.call_starts ADD COLUMN IF NOT EXISTS call_key String;
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0006 add_surfaces
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surfaces Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_states Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_layers Array(Array(String));
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);

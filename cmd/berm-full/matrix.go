@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
+)
+
+// cmdMatrix prints the tools x surfaces matrix of the calls that started in the window.
+func cmdMatrix(args []string) int {
+	fs := flag.NewFlagSet("matrix", flag.ContinueOnError)
+	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
+	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
+	since := fs.String("since", "24h", "calls started since: a duration ago (24h) or an RFC 3339 time")
+	tenant := fs.String("tenant", "", "only this tenant")
+	tool := fs.String("tool", "", "only this tool")
+	surface := fs.String("surface", "", "only this surface's column")
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("matrix takes no arguments, got %q", fs.Arg(0))
+	}
+	if *surface != "" && !slices.Contains(event.Surfaces, *surface) {
+		return fail("--surface: expected one of %v, got %q", event.Surfaces, *surface)
+	}
+	f := audit.Filter{Tool: *tool, Tenant: *tenant}
+	var err error
+	if f.Since, err = parseSince(*since); err != nil {
+		return fail("%v", err)
+	}
+	src, closeSrc, err := openSource(*stateDir, *source)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeSrc()
+	rows, err := audit.SourceMatrixRows(src, f, *surface)
+	if err != nil {
+		return fail("%v", err)
+	}
+	m := audit.FoldMatrix(rows)
+	if *surface != "" {
+		m = m.Only(*surface)
+	}
+	if *asJSON {
+		err = audit.PrintMatrixJSON(os.Stdout, m)
+	} else {
+		err = audit.PrintMatrix(os.Stdout, m, colourOut())
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+// colourOut: stdout is a terminal and NO_COLOR (no-color.org) is not set.
+func colourOut() bool {
+	if _, set := os.LookupEnv("NO_COLOR"); set {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(os.Stdout.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,34 @@
+package query
+
+// Matrix groups the finished calls f selects by tool, surface, state and whether the surface
+// was violated: columns tool, surface, state (String), violated (UInt8), calls and
+// violations (UInt64), ordered by tool, surface, state, violated. One row per call and
+// surface (ARRAY JOIN of the record's parallel surface arrays; a record written before
+// surfaces existed has none and is not counted), each call once however often the table
+// holds it. agent/audit.FoldMatrix turns the rows into the tools x surfaces matrix; the
+// journal gives the same rows (audit.MatrixRows). f.Surface keeps that surface's rows only.
+func (t Tables) Matrix(f Filter) (Query, error) {
+	name, err := t.table(tableCalls)
+	if err != nil {
+		return Query{}, err
+	}
+	surface := f.Surface
+	f.Surface, f.State = "", "" // a matrix filter on the surface, not on the calls
+	w, err := t.filter(tableCalls, f)
+	if err != nil {
+		return Query{}, err
+	}
+	args := w.args
+	outer := ""
+	if surface != "" {
+		outer = " WHERE surface = ?"
+		args = append(args, surface)
+	}
+	return Query{
+		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations FROM (" +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v" + outer +
+			" GROUP BY tool, surface, state, violated ORDER BY tool, surface, state, violated",
+		args,
+	}, nil
+}
