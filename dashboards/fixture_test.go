@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/testenv/bermbin"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
@@ -43,6 +44,7 @@ type fixture struct {
 	dsn    string
 	server *chtest.Server
 	keys   map[string]string // call name -> call key
+	recs   map[string]event.CallRecord
 	start  time.Time
 }
 
@@ -55,7 +57,7 @@ func newFixture(t *testing.T) *fixture {
 	dsn := s.DSN("berm")
 	bin := bermbin.Path(t, "berm")
 	state := t.TempDir()
-	f := &fixture{dsn: dsn, server: s, keys: map[string]string{}, start: time.Now().Add(-time.Minute)}
+	f := &fixture{dsn: dsn, server: s, keys: map[string]string{}, recs: map[string]event.CallRecord{}, start: time.Now().Add(-time.Minute)}
 	for _, c := range fixtureCalls {
 		summary := filepath.Join(t.TempDir(), "summary.json")
 		args := append([]string{"run", "--daemon", "never", "--state-dir", state, "--tenant", c.tenant, "--tool", c.tool,
@@ -71,6 +73,11 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatalf("call %s: no summary: %v\n%s", c.name, err, out)
 		}
 		f.keys[c.name] = jsonField(t, rec, "call_key")
+		var r event.CallRecord
+		if err := json.Unmarshal(rec, &r); err != nil {
+			t.Fatal(err)
+		}
+		f.recs[c.name] = r
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -1,6 +1,7 @@
 package dashboards
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,12 +71,28 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 		t.Errorf("incomplete calls: %v", got)
 	}
 
+	// the matrix says what each call's record says (one call per tool here)
 	m := f.must(t, c, pc, map[string]any{"queryType": "matrix"})[0]
+	for _, fc := range fixtureCalls {
+		rec := f.recs[fc.name]
+		if len(rec.Surfaces) != 6 {
+			t.Fatalf("call %s's record has %d surfaces", fc.name, len(rec.Surfaces))
+		}
+		r := find(t, m, "tool", fc.tool)
+		for _, s := range rec.Surfaces {
+			want := s.State
+			if s.Violations > 0 {
+				want = fmt.Sprintf("violated ×%d", s.Violations)
+			}
+			if r[s.Surface] != want {
+				t.Errorf("matrix %s × %s = %q, the call's record says %q", fc.tool, s.Surface, r[s.Surface], want)
+			}
+		}
+	}
+	// and the violations are the fixture's
 	for _, want := range []struct{ tool, surface, state string }{
-		{"shell", "policy", "enforced"},
 		{"shell", "credential", "absent"},
 		{"shell", "approval", "absent"},
-		{"shell", "observability", "enforced"},
 		{"writer", "policy", "violated ×2"},
 		{"escaper", "isolation", "violated ×1"},
 		{"escaper", "policy", "violated ×1"},   // seccomp refused the unshare
@@ -84,6 +101,11 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 	} {
 		if got := find(t, m, "tool", want.tool)[want.surface]; got != want.state {
 			t.Errorf("matrix %s × %s = %q, want %q", want.tool, want.surface, got, want.state)
+		}
+	}
+	for _, s := range []string{"policy", "isolation", "resource", "observability"} {
+		if st := find(t, m, "tool", "shell")[s]; strings.HasPrefix(st, "violated") || st == "absent" {
+			t.Errorf("the benign call's %s: %s", s, st)
 		}
 	}
 

@@ -14,15 +14,11 @@ func init() {
 FROM %s
 WHERE %s
 LIMIT 1`, p.t("calls"), p.callWhere())},
-			{Name: "surfaces", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, s.1 AS surface, s.2 AS state, count() AS calls, sum(s.3) AS violations
+			{Name: "surfaces", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, surface, state, count() AS calls, sum(v) AS violations
 FROM %s
-ARRAY JOIN %s AS s
+%s
 WHERE %s
-GROUP BY tool, surface, state`, p.t("calls"), surfaceTuples(), p.callWhere())},
-			{Name: "surfaces_alerts", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, surface, 'violated' AS state, toUInt64(0) AS calls, count() AS violations
-FROM %s
-WHERE %s
-GROUP BY tool, surface`, p.t("alerts"), p.callWhere())},
+GROUP BY tool, surface, state`, p.t("calls"), surfaceJoin, p.callWhere())},
 		}
 	})
 

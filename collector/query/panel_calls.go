@@ -2,6 +2,7 @@ package query
 
 import (
 	"fmt"
+	"time"
 )
 
 // callsWhere filters a calls row by every filter a calls panel offers.
@@ -17,8 +18,7 @@ func (p *Params) callsWhere() string {
 		c = append(c, "complete = 0")
 	}
 	if p.Surface != "" {
-		c = append(c, violations(p.Surface)+" > 0 OR call_key IN (SELECT call_key FROM "+p.t("alerts")+
-			" WHERE "+and(p.between("time"), "surface = "+Quote(p.Surface))+")")
+		c = append(c, violated(p.Surface))
 	}
 	if p.Text != "" {
 		t := Quote(p.Text)
@@ -43,28 +43,31 @@ LIMIT %d`, p.t("calls"), p.callsWhere(), p.Limit)}}
 
 	register("stats", "one row: calls, calls with violations, incomplete records, dropped events", func(p *Params) []Statement {
 		return []Statement{{Name: "stats", Shape: Table, SQL: fmt.Sprintf(`SELECT count() AS calls,
-    countIf(%s OR call_key IN (SELECT call_key FROM %s WHERE %s)) AS calls_with_violations,
+    countIf(%s) AS calls_with_violations,
     countIf(complete = 0) AS incomplete,
     sum(dropped_kernel + dropped_user) AS dropped_events
 FROM %s
-WHERE %s`, anyViolation(), p.t("alerts"), and(p.between("time"), p.scope("")), p.t("calls"), p.callsWhere())}}
+WHERE %s`, anyViolation(), p.t("calls"), p.callsWhere())}}
 	})
 
-	register("matrix", "tools × surfaces: each cell the worst state of the tool's calls on the surface, with violation counts", func(p *Params) []Statement {
-		return []Statement{
-			{Name: "matrix", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, s.1 AS surface, s.2 AS state, count() AS calls, sum(s.3) AS violations
-FROM %s
-ARRAY JOIN %s AS s
-WHERE %s
-GROUP BY tool, surface, state
-ORDER BY tool, surface, state`, p.t("calls"), surfaceTuples(), p.callsWhere())},
-			// alerts are violations of the surface their rule guards
-			{Name: "matrix_alerts", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, surface, 'violated' AS state, toUInt64(0) AS calls, count() AS violations
-FROM %s
-WHERE %s
-GROUP BY tool, surface
-ORDER BY tool, surface`, p.t("alerts"), and(p.between("time"), p.scope("")))},
+	registerE("matrix", "tools × surfaces: each cell the worst state of the tool's calls on the surface, with violation counts (Tables.Matrix)", func(p *Params) ([]Statement, error) {
+		f := Filter{Since: p.From, Until: p.To.Add(time.Nanosecond), Tools: p.Tools, Surface: p.Surface, EndReason: p.EndReason, Text: p.Text}
+		var err error
+		if f.Tenant, err = single("tenant", p.Tenants); err != nil {
+			return nil, err
 		}
+		if f.Host, err = single("host", p.Hosts); err != nil {
+			return nil, err
+		}
+		if p.Complete != "" {
+			c := p.Complete == "true"
+			f.Complete = &c
+		}
+		q, err := Tables{Database: p.Database, Dialect: p.Dialect}.Matrix(f)
+		if err != nil {
+			return nil, err
+		}
+		return []Statement{{Name: "matrix", Shape: Matrix, SQL: q.SQL, Args: q.Args}}, nil
 	})
 
 	register("violations_over_time", "denials, alerts and limit hits per step, a series per surface", func(p *Params) []Statement {
@@ -158,4 +161,15 @@ func (p *Params) surfaceIs(col string) string {
 		return ""
 	}
 	return col + " = " + Quote(p.Surface)
+}
+
+// single is the one value of a list the matrix's filter takes (its tenant and host are single).
+func single(name string, vs []string) (string, error) {
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", fmt.Errorf("the matrix takes one %s at a time, got %d", name, len(vs))
 }

@@ -1,24 +1,17 @@
-// Package query holds the SQL that reads the collector's ClickHouse tables back: one source for
-// both DDL dialects, shared by the Grafana datasource (dashboards/plugin) and the CLI.
 package query
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
+		"strings"
 	"time"
 )
 
-// Dialects of the collector's DDL (collector.Legacy, collector.Modern).
-const (
-	Legacy = "legacy"
-	Modern = "modern"
-)
-
-// Params are what a panel asks for. Lists are ORed; an empty list does not filter.
+// Params are what a Grafana panel asks for (the datasource's query types, Build). Their SQL
+// quotes each value into the text (Quote) rather than binding it, because a query type is
+// several statements whose rows the plugin folds; the matrix is Tables.Matrix's. Lists are ORed; an empty list does not filter.
 type Params struct {
 	Database string
-	Dialect  string
+	Dialect  Dialect
 	From, To time.Time
 	// Bucket is the width of a time series' step, whole seconds (at least 1).
 	Bucket time.Duration
@@ -35,8 +28,6 @@ type Params struct {
 	Field     string // which values a "values" query lists
 	Limit     int
 }
-
-var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Check refuses what would make a query wrong rather than empty.
 func (p *Params) Check() error {

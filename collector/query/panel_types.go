@@ -23,17 +23,22 @@ const (
 type Statement struct {
 	Name  string // the frame's name
 	SQL   string
+	Args  []any // positional arguments of SQL, when it has any
 	Shape Shape
 }
 
 type builder struct {
 	doc   string
-	build func(p *Params) []Statement
+	build func(p *Params) ([]Statement, error)
 }
 
 var types = map[string]builder{}
 
 func register(name, doc string, b func(p *Params) []Statement) {
+	types[name] = builder{doc, func(p *Params) ([]Statement, error) { return b(p), nil }}
+}
+
+func registerE(name, doc string, b func(p *Params) ([]Statement, error)) {
 	types[name] = builder{doc, b}
 }
 
@@ -60,5 +65,5 @@ func Build(queryType string, p Params) ([]Statement, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	return b.build(&p), nil
+	return b.build(&p)
 }

@@ -49,7 +49,7 @@ const nsSuffix = "_unix_ns"
 // rowsFrame reads every row of a statement into a frame, column by column, typed as the
 // server types them (arrays and other types frames lack become text).
 func rowsFrame(ctx context.Context, conn driver.Conn, st query.Statement) (*data.Frame, error) {
-	rows, err := conn.Query(ctx, st.SQL)
+	rows, err := conn.Query(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", st.Name, err)
 	}

@@ -91,7 +91,7 @@ func one(name, v string) (string, error) {
 // Grafana, the tenant restricted to the datasource's when it has one.
 func (m Model) Params(q backend.DataQuery, s collector.Schema, pinnedTenant string) (query.Params, error) {
 	p := query.Params{
-		Database: s.Database, Dialect: string(s.Dialect),
+		Database: s.Database, Dialect: query.Dialect(s.Dialect),
 		From: q.TimeRange.From, To: q.TimeRange.To,
 		Complete: m.Complete, GroupBy: m.GroupBy, Field: m.Field, Limit: m.Limit,
 		Text: m.Text,
