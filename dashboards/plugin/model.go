@@ -55,7 +55,15 @@ var allValues = []string{"", "*", "$__all", "All", "all"}
 
 func list(name, v string) ([]string, error) {
 	v = strings.TrimSpace(v)
-	v = strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}") // the frontend's {a,b} glob format
+	if slices.Contains(allValues, v) {
+		return nil, nil
+	}
+	if uninterpolated.MatchString(v) {
+		return nil, fmt.Errorf("%s %q is a template variable that was not interpolated", name, v)
+	}
+	if strings.HasPrefix(v, "{") {
+		v = strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}") // the frontend's {a,b} glob format
+	}
 	if slices.Contains(allValues, v) {
 		return nil, nil
 	}
