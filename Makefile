@@ -6,7 +6,7 @@ PLUGIN   := $(BIN)/grafana/berm-datasource
 CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build deps generate check-generated vmlinux test test-unit test-race demo bench clean
+.PHONY: all build grafana deps generate check-generated vmlinux test test-unit test-race demo bench clean
 
 all: build
 
@@ -38,10 +38,15 @@ vmlinux:
 # concurrent code (rules' TestSwapConcurrent, the journal's writers) their meaning: -short
 # selects them, as testenv/testutil skips there whatever needs root, a kernel feature or a
 # real server.
-test: deps build
+test: deps build grafana
 	$(GO) vet ./...
 	$(GOTEST) ./...
 	$(MAKE) test-race
+
+# The Grafana server the dashboards' tests provision (built from its Go module, minutes the first
+# time, cached under /var/cache/berm/grafana after).
+grafana:
+	$(GO) run ./testenv/grafana/buildgrafana
 
 # The pure-logic tests only: no root needed.
 test-unit:
