@@ -17,6 +17,9 @@ build:
 	$(GO) build -o $(PLUGIN)/gpx_berm-datasource_$$($(GO) env GOOS)_$$($(GO) env GOARCH) ./dashboards/plugin/cmd/berm-datasource
 	cp dashboards/plugin/dist/plugin.json dashboards/plugin/dist/module.js $(PLUGIN)/
 	cp dashboards/plugin/dist/img/logo.svg $(PLUGIN)/img/
+	@mkdir -p $(BIN)/grafana/dashboards
+	cp dashboards/*.json $(BIN)/grafana/dashboards/
+	cp -r dashboards/provisioning $(BIN)/grafana/
 
 # Debian packages the build, tests and demo use (clang only for `make generate`).
 deps:

@@ -3,6 +3,7 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,13 +20,14 @@ import (
 // tells a user to, and runs every panel's query of the dashboards Grafana provisioned through
 // /api/ds/query: the rows must be those the plugin gives directly.
 func (f *fixture) checkGrafana(t *testing.T, c *datasourcetest.TestPluginClient, pc backend.PluginContext) {
-	plugins := t.TempDir()
+	plugins, boards := t.TempDir(), t.TempDir()
 	installPlugin(t, plugins)
+	installDashboards(t, boards)
 	g := grafana.ForTest(t, grafana.Config{
 		PluginsDir:   plugins,
 		Provisioning: filepath.Join(repoRoot(), "dashboards", "provisioning"),
 		Unsigned:     []string{plugin.ID},
-		Env:          []string{"BERM_CLICKHOUSE_DSN=" + f.dsn, "BERM_DASHBOARDS_DIR=" + filepath.Join(repoRoot(), "dashboards")},
+		Env:          []string{"BERM_CLICKHOUSE_DSN=" + f.dsn, "BERM_DASHBOARDS_DIR=" + boards},
 	})
 
 	var health struct {
@@ -118,6 +120,18 @@ func (f *fixture) checkGrafana(t *testing.T, c *datasourcetest.TestPluginClient,
 		t.Errorf("only %d panel queries went through grafana", n)
 	}
 	t.Logf("%d panel queries through grafana's /api/ds/query", n)
+
+	// Grafana logged no error loading the plugin or the provisioning
+	log, _ := os.ReadFile(filepath.Join(g.Dir, "logs", "grafana.log"))
+	for _, line := range strings.Split(string(log), "\n") {
+		// no frontend in the module; sqlite busy in Grafana's own token cleanup
+		if strings.Contains(line, "public/build") || strings.Contains(line, "database is locked") {
+			continue
+		}
+		if strings.Contains(line, "level=error") || strings.Contains(line, "lvl=eror") {
+			t.Errorf("grafana logged: %s", line)
+		}
+	}
 }
 
 func parseDash(t *testing.T, b []byte) dash {

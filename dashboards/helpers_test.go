@@ -181,3 +181,19 @@ func installPlugin(t *testing.T, dir string) {
 		}
 	}
 }
+
+// installDashboards copies the dashboards' JSON into dir, as make build does into
+// bin/grafana/dashboards.
+func installDashboards(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(repoRoot(), "dashboards", "*.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -183,6 +183,12 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 		t.Errorf("no denial (warning) in the neighbour's timeline")
 	}
 
+	// a timeline cut at its limit says so
+	cut := f.must(t, c, pc, map[string]any{"queryType": "timeline", "call": f.keys["neighbour"], "limit": 3})[0]
+	if cut.Rows() != 3 || cut.Meta == nil || len(cut.Meta.Notices) == 0 {
+		t.Errorf("a timeline cut at 3 rows: %d rows, meta %+v", cut.Rows(), cut.Meta)
+	}
+
 	pt := f.must(t, c, pc, map[string]any{"queryType": "process_tree", "call": f.keys["neighbour"]})
 	if len(pt) != 2 || pt[0].Meta.PreferredVisualization != data.VisTypeNodeGraph {
 		t.Fatalf("process tree: %v", pt)

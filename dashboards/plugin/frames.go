@@ -26,6 +26,11 @@ func run(ctx context.Context, conn driver.Conn, queryType string, p query.Params
 			return nil, err
 		}
 		f.Meta = &data.FrameMeta{ExecutedQueryString: st.SQL}
+		if f.Rows() >= limit(p) && (st.Shape == query.Table || st.Shape == query.Logs || st.Shape == query.Tree) {
+			// a flood must not pass for all there is
+			f.AppendNotices(data.Notice{Severity: data.NoticeSeverityWarning,
+				Text: fmt.Sprintf("only the first %d rows: narrow the range or the filters, or raise the query's limit (up to 10000)", limit(p))})
+		}
 		raw = append(raw, f)
 	}
 	switch stmts[0].Shape {
@@ -41,6 +46,14 @@ func run(ctx context.Context, conn driver.Conn, queryType string, p query.Params
 		return tree(raw[0]), nil
 	}
 	return raw, nil
+}
+
+// limit is the row limit a query runs with (query.Params.Check's default when unset).
+func limit(p query.Params) int {
+	if p.Limit <= 0 || p.Limit > 10000 {
+		return 1000
+	}
+	return p.Limit
 }
 
 // nsSuffix marks a column of nanoseconds since the epoch, made a time field.

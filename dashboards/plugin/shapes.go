@@ -175,12 +175,12 @@ func logs(f *data.Frame) *data.Frame {
 		}
 	}
 	out := data.NewFrame(f.Name, column(f, "time"), data.NewField("body", nil, body), data.NewField("level", nil, level))
+	out.Meta = f.Meta
 	for _, fl := range f.Fields {
 		if fl.Name != "time" {
 			out.Fields = append(out.Fields, fl)
 		}
 	}
-	out.Meta = f.Meta
 	out.Meta.PreferredVisualization = data.VisTypeLogs
 	return out
 }
@@ -253,7 +253,8 @@ func tree(f *data.Frame) data.Frames {
 	for _, e := range edgeOrder {
 		es.AppendRow(e[0]+"-"+e[1], e[0], e[1])
 	}
-	nodes.Meta = &data.FrameMeta{PreferredVisualization: data.VisTypeNodeGraph, ExecutedQueryString: f.Meta.ExecutedQueryString}
+	nodes.Meta = f.Meta
+	nodes.Meta.PreferredVisualization = data.VisTypeNodeGraph
 	es.Meta = &data.FrameMeta{PreferredVisualization: data.VisTypeNodeGraph}
 	return data.Frames{nodes, es}
 }
