@@ -2,7 +2,7 @@ package query
 
 import (
 	"fmt"
-		"strings"
+	"strings"
 	"time"
 )
 
