@@ -18,7 +18,7 @@ func (s *CHSource) MatrixRows(f audit.Filter, surface string) ([]audit.MatrixRow
 	if f.Tool != "" {
 		qf.Tools = []string{f.Tool}
 	}
-	q, err := s.tables().Matrix(qf)
+	q, err := s.Tables().Matrix(qf)
 	if err != nil {
 		return nil, fmt.Errorf("matrix query: %w", err)
 	}

@@ -63,12 +63,12 @@ func (s *CHSource) Calls(f audit.Filter) ([]audit.Call, error) {
 	if f.Tool != "" {
 		qf.Tools = []string{f.Tool}
 	}
-	q, err := s.tables().CallStartRaws(qf)
+	q, err := s.Tables().CallStartRaws(qf)
 	starts, err := s.raws(ctx, "call_starts", q, err)
 	if err != nil {
 		return nil, err
 	}
-	q, err = s.tables().CallRecordRaws(qf)
+	q, err = s.Tables().CallRecordRaws(qf)
 	ends, err := s.raws(ctx, "calls", q, err)
 	if err != nil {
 		return nil, err
@@ -106,9 +106,15 @@ func decodeCallRecord(raw string) (*event.CallRecord, error) {
 	return &r, nil
 }
 
-func (s *CHSource) tables() query.Tables {
+// Tables are the source's tables for collector/query: its database and the dialect its
+// schema was created in.
+func (s *CHSource) Tables() query.Tables {
 	return query.Tables{Database: s.o.Database, Dialect: query.Dialect(s.o.Dialect)}
 }
+
+// Conn is the source's connection, for queries of collector/query it does not run itself
+// (a query.Query runs as Conn().Query(ctx, q.SQL, q.Args...)).
+func (s *CHSource) Conn() driver.Conn { return s.conn }
 
 // raws reads the raw records of a call table that q selects (a query.Tables query and its
 // error).
@@ -140,7 +146,7 @@ func (s *CHSource) raws(ctx context.Context, table string, q query.Query, err er
 func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	q, err := s.tables().CallStartsByID(id)
+	q, err := s.Tables().CallStartsByID(id)
 	starts, err := s.raws(ctx, "call_starts", q, err)
 	if err != nil {
 		return nil, nil, err
@@ -164,7 +170,7 @@ func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 		return nil, nil, fmt.Errorf("call %q: %w (call keys %s): name one by its key or as TENANT/ID", id, audit.ErrAmbiguous, strings.Join(keys, ", "))
 	}
 	callID := call.Start.CallID
-	q, err = s.tables().CallRecordsOf(call.Start.Tenant, callID)
+	q, err = s.Tables().CallRecordsOf(call.Start.Tenant, callID)
 	ends, err := s.raws(ctx, "calls", q, err)
 	if err != nil {
 		return nil, nil, err
@@ -186,7 +192,7 @@ func (s *CHSource) Timeline(id string) (*audit.Call, []event.Event, error) {
 }
 
 func (s *CHSource) events(ctx context.Context, tenant, tool, callID, callKey string) ([]event.Event, error) {
-	q, err := s.tables().Events(eventReadColumns, tenant, tool, callID, callKey)
+	q, err := s.Tables().Events(eventReadColumns, tenant, tool, callID, callKey)
 	if err != nil {
 		return nil, fmt.Errorf("query events: %w", err)
 	}

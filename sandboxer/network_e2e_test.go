@@ -178,7 +178,7 @@ func TestNetworkEgress(t *testing.T) {
 			for _, obj := range []string{fmt.Sprintf("127.0.0.1:%d", port(denied4)), fmt.Sprintf("[::1]:%d", port(denied6)),
 				fmt.Sprintf("127.0.0.1:%d", udp.LocalAddr().(*net.UDPAddr).Port)} {
 				if d := findDenial(tl.Events, event.LayerCgroupSock, obj, audit); d == nil {
-					t.Errorf("no bpf-cgroup denial (audit=%v) for %s: %+v", audit, obj, denials(tl.Events))
+					t.Errorf("no bpf-cgroup-sock denial (audit=%v) for %s: %+v", audit, obj, denials(tl.Events))
 				}
 			}
 		})

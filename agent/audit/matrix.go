@@ -237,6 +237,9 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 	if len(m.Tools) == 0 {
 		b.WriteString("(no finished calls with surfaces in the window)\n")
 	}
+	if absent := absentEverywhere(m); len(absent) > 0 {
+		fmt.Fprintf(&b, "\nabsent for every call: %s (nothing enforced them).\n", strings.Join(absent, ", "))
+	}
 	fmt.Fprintf(&b, "\nworst first: %s. n/m: calls of the tool in that class; !k: denials, alerts and cap hits.\n",
 		strings.Join(m.Order, " > "))
 	_, err := io.WriteString(w, b.String())
@@ -271,6 +274,23 @@ func (m Matrix) Only(surface string) Matrix {
 	for _, t := range m.Tools {
 		t.Cells = []Cell{t.Cells[i]}
 		out.Tools = append(out.Tools, t)
+	}
+	return out
+}
+
+// absentEverywhere are the surfaces no call of the matrix had anything but absent on (and
+// no violation): said plainly, they are not a colour to get used to.
+func absentEverywhere(m Matrix) []string {
+	var out []string
+	for i, s := range m.Surfaces {
+		all := len(m.Tools) > 0
+		for _, t := range m.Tools {
+			c := t.Cells[i]
+			all = all && c.States[event.StateAbsent] == c.Calls && c.Violated == 0
+		}
+		if all {
+			out = append(out, s)
+		}
 	}
 	return out
 }

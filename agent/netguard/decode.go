@@ -17,7 +17,7 @@ func init() { wire.Register(bpf.WireBermOpBERM_OP_NET_DENY, decodeDeny) }
 // at creation.
 func decodeDeny(e *bpf.WireBermNetDeny, ev *event.Event) {
 	ev.Kind = event.KindDenial
-	d := &event.Denial{Layer: event.LayerCgroupSock, Surface: "policy", Audit: e.Audit != 0, Rule: ruleName(e.Rule)}
+	d := &event.Denial{Layer: event.LayerCgroupSock, Surface: event.SurfacePolicy, Audit: e.Audit != 0, Rule: ruleName(e.Rule)}
 	if e.Nr == unix.SYS_SOCKET {
 		d.Object = fmt.Sprintf("socket(family %d, type %d, protocol %d)", e.Family, e.Proto>>16, e.Proto&0xffff)
 	} else {

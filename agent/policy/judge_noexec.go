@@ -40,7 +40,7 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 		if abs, ok := p.resolve(sc.Path, dirfd); ok {
 			path = abs
 		}
-		return &event.Denial{Layer: "seccomp", Surface: "policy", Rule: ruleSetID, Object: fmt.Sprintf("%s %s %#o", sc.Name, path, mode)}
+		return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: ruleSetID, Object: fmt.Sprintf("%s %s %#o", sc.Name, path, mode)}
 	}
 	if !p.NoExec {
 		return nil
@@ -54,18 +54,18 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 		if sc.Name == "mmap" {
 			obj = fmt.Sprintf("mmap(PROT_EXEC) of fd %d", int32(sc.Args[4]))
 		}
-		return &event.Denial{Layer: "mount", Surface: "policy", Rule: ruleNoexecMount, Object: obj}
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: ruleNoexecMount, Object: obj}
 	case "memfd_create":
 		if sc.Args[1]&mfdExec == 0 {
 			return nil
 		}
-		return &event.Denial{Layer: "mount", Surface: "policy", Rule: ruleNoexecMemfd, Object: "memfd_create(MFD_EXEC) " + sc.Path}
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: ruleNoexecMemfd, Object: "memfd_create(MFD_EXEC) " + sc.Path}
 	case "execve", "execveat":
 		if sc.Name == "execveat" && sc.Path == "" && sc.Args[4]&unix.AT_EMPTY_PATH != 0 {
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: ruleNoexecMemfd + " (or a noexec mount)", Object: fmt.Sprintf("execveat of fd %d", int32(sc.Args[0]))}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: ruleNoexecMemfd + " (or a noexec mount)", Object: fmt.Sprintf("execveat of fd %d", int32(sc.Args[0]))}
 		}
 		if fdPath.MatchString(sc.Path) {
-			return &event.Denial{Layer: "mount", Surface: "policy", Rule: ruleNoexecMemfd + " (or a noexec mount)", Object: sc.Path}
+			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: ruleNoexecMemfd + " (or a noexec mount)", Object: sc.Path}
 		}
 	}
 	return nil

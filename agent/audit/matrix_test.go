@@ -1,0 +1,117 @@
+package audit
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+func surfacesOf(states map[string]string, violations map[string]uint64) []event.SurfaceState {
+	var out []event.SurfaceState
+	for _, s := range event.Surfaces {
+		st := states[s]
+		if st == "" {
+			st = event.StateEnforced
+		}
+		out = append(out, event.SurfaceState{Surface: s, State: st, Violations: violations[s], Violated: violations[s] > 0})
+	}
+	return out
+}
+
+func TestFoldMatrixWorstFirst(t *testing.T) {
+	call := func(tool string, states map[string]string, violations map[string]uint64) Call {
+		return Call{Start: event.CallStart{Tool: tool}, Record: &event.CallRecord{CallStart: event.CallStart{Tool: tool}, Surfaces: surfacesOf(states, violations)}}
+	}
+	tests := []struct {
+		name  string
+		calls []Call
+		worst string // the policy cell's
+		count uint64
+		viol  uint64
+	}{
+		{"all enforced", []Call{call("t", nil, nil), call("t", nil, nil)}, event.StateEnforced, 2, 0},
+		{"audit beats enforced", []Call{call("t", nil, nil), call("t", map[string]string{"policy": "audit"}, nil)}, event.StateAudit, 1, 0},
+		{"absent beats audit", []Call{call("t", map[string]string{"policy": "absent"}, nil), call("t", map[string]string{"policy": "audit"}, nil)}, event.StateAbsent, 1, 0},
+		{"degraded beats absent", []Call{call("t", map[string]string{"policy": "absent"}, nil), call("t", map[string]string{"policy": "degraded"}, nil)}, event.StateDegraded, 1, 0},
+		{"violated beats everything, whatever its state", []Call{
+			call("t", map[string]string{"policy": "degraded"}, nil),
+			call("t", nil, map[string]uint64{"policy": 3}),
+			call("t", map[string]string{"policy": "audit"}, map[string]uint64{"policy": 2}),
+		}, event.StateViolated, 2, 5},
+		{"an unknown state counts as degraded", []Call{call("t", map[string]string{"policy": "quantum"}, nil), call("t", map[string]string{"policy": "absent"}, nil)}, event.StateDegraded, 1, 0},
+		{"a call without a record or surfaces is not in the matrix", []Call{
+			call("t", map[string]string{"policy": "audit"}, nil),
+			{Start: event.CallStart{Tool: "t"}},
+			{Start: event.CallStart{Tool: "t"}, Record: &event.CallRecord{CallStart: event.CallStart{Tool: "t"}}},
+		}, event.StateAudit, 1, 0},
+	}
+	policy := 2 // event.Surfaces index
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := FoldMatrix(MatrixRows(tt.calls, ""))
+			if len(m.Tools) != 1 {
+				t.Fatalf("tools: %+v", m.Tools)
+			}
+			c := m.Tools[0].Cells[policy]
+			if c.Surface != event.SurfacePolicy || c.Worst != tt.worst || c.Count != tt.count || c.Violations != tt.viol {
+				t.Errorf("policy cell %+v, want worst %s count %d violations %d", c, tt.worst, tt.count, tt.viol)
+			}
+			if iso := m.Tools[0].Cells[0]; iso.Worst != event.StateEnforced || iso.Calls != m.Tools[0].Calls {
+				t.Errorf("isolation cell %+v", iso)
+			}
+		})
+	}
+}
+
+// A tool name is the caller's text: printed escaped, it cannot forge a row or colour the
+// terminal; colours go only around cells, and columns line up with and without them.
+func TestPrintMatrixEscapesAndColours(t *testing.T) {
+	hostile := "evil\n\033[32mbenign"
+	calls := []Call{
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: hostile}, Surfaces: surfacesOf(nil, map[string]uint64{"policy": 1})}},
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "ok"}, Surfaces: surfacesOf(map[string]string{"credential": "absent"}, nil)}},
+	}
+	m := FoldMatrix(MatrixRows(calls, ""))
+	var plain, colour bytes.Buffer
+	if err := PrintMatrix(&plain, m, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrintMatrix(&colour, m, true); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.String(), "\033") {
+		t.Errorf("plain output has escape sequences:\n%q", plain.String())
+	}
+	lines := strings.Split(plain.String(), "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[1], `evil\n\033[32mbenign  1      enforced 1/1`) || !strings.Contains(lines[1], "violated 1/1 !1") {
+		t.Errorf("hostile row not escaped on one line:\n%s", plain.String())
+	}
+	stripped := colour.String()
+	for _, c := range cellColours {
+		stripped = strings.ReplaceAll(stripped, "\033["+c+"m", "")
+	}
+	stripped = strings.ReplaceAll(stripped, "\033[0m", "")
+	if stripped != plain.String() {
+		t.Errorf("coloured output, colours removed, is not the plain output:\n%q\n%q", stripped, plain.String())
+	}
+	if !strings.Contains(colour.String(), "\033[1;31mviolated 1/1 !1\033[0m") || !strings.Contains(colour.String(), "\033[35mabsent 1/1\033[0m") {
+		t.Errorf("cells not coloured by class:\n%q", colour.String())
+	}
+}
+
+func TestPrintMatrixSaysAbsentPlainly(t *testing.T) {
+	calls := []Call{
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "a"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "approval": "absent"}, nil)}},
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "b"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "approval": "absent"}, map[string]uint64{"approval": 1})}},
+		{Record: &event.CallRecord{CallStart: event.CallStart{Tool: "b"}, Surfaces: surfacesOf(map[string]string{"credential": "absent", "policy": "absent"}, nil)}},
+	}
+	var b bytes.Buffer
+	if err := PrintMatrix(&b, FoldMatrix(MatrixRows(calls, "")), false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nabsent for every call: credential (nothing enforced them).\n") {
+		t.Errorf("credential alone is absent for every call (approval was violated once, policy enforced once):\n%s", b.String())
+	}
+}
