@@ -1,7 +1,10 @@
 package dashboards
 
 import (
+	"time"
+
 	"fmt"
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +51,40 @@ func TestRealCalls(t *testing.T) {
 	t.Run("hostile", func(t *testing.T) { f.checkHostile(t, c, pc) })
 	t.Run("panels", func(t *testing.T) { f.checkPanels(t, c, pc) })
 	t.Run("grafana", func(t *testing.T) { f.checkGrafana(t, c, pc) })
+
+	// last, as it changes the schema's record: a schema older than the plugin reads is
+	// reported by the health check, with what to do
+	t.Run("old schema", func(t *testing.T) {
+		conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{f.server.Addr()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var latest uint32
+		if err := conn.QueryRow(t.Context(), "SELECT max(version) FROM berm.schema_migrations").Scan(&latest); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Exec(t.Context(), fmt.Sprintf("ALTER TABLE berm.schema_migrations DELETE WHERE version = %d", latest)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute) // ALTER DELETE is a mutation, applied in the background
+		for {
+			res, err := c.CheckHealth(t.Context(), &backend.CheckHealthRequest{PluginContext: pc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status == backend.HealthStatusError {
+				if want := fmt.Sprintf("at version %d, this plugin reads version %d", latest-1, latest); !strings.Contains(res.Message, want) {
+					t.Errorf("health of an old schema: %q, want %q", res.Message, want)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("health still %v (%s) with schema version %d gone", res.Status, res.Message, latest)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 }
 
 func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClient, pc backend.PluginContext) {
