@@ -1,16 +1,25 @@
 # berm — see README.md. `sudo make demo` and `sudo make test` do all the set-up themselves.
 GO       ?= go
 BIN      := bin
+# The Grafana datasource plugin, installable as it is (see dashboards/README.md).
+PLUGIN   := $(BIN)/grafana/berm-datasource
 CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build deps generate check-generated vmlinux test test-unit test-race demo bench clean
+.PHONY: all build grafana deps generate check-generated vmlinux test test-unit test-race demo bench clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	@mkdir -p $(PLUGIN)/img
+	$(GO) build -o $(PLUGIN)/gpx_berm-datasource_$$($(GO) env GOOS)_$$($(GO) env GOARCH) ./dashboards/plugin/cmd/berm-datasource
+	cp dashboards/plugin/dist/plugin.json dashboards/plugin/dist/module.js $(PLUGIN)/
+	cp dashboards/plugin/dist/img/logo.svg $(PLUGIN)/img/
+	@mkdir -p $(BIN)/grafana/dashboards
+	cp dashboards/*.json $(BIN)/grafana/dashboards/
+	cp -r dashboards/provisioning $(BIN)/grafana/
 
 # Debian packages the build, tests and demo use (clang only for `make generate`).
 deps:
@@ -32,10 +41,15 @@ vmlinux:
 # concurrent code (rules' TestSwapConcurrent, the journal's writers) their meaning: -short
 # selects them, as testenv/testutil skips there whatever needs root, a kernel feature or a
 # real server.
-test: deps build
+test: deps build grafana
 	$(GO) vet ./...
 	$(GOTEST) ./...
 	$(MAKE) test-race
+
+# The Grafana server the dashboards' tests provision (built from its Go module, minutes the first
+# time, cached under /var/cache/berm/grafana after).
+grafana:
+	$(GO) run ./testenv/grafana/buildgrafana
 
 # The pure-logic tests only: no root needed.
 test-unit:

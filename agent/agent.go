@@ -156,6 +156,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	a.clock = time.Now().UnixNano() - bootNanos()
 	a.m = newMetrics(cfg.Registry, func() float64 { return float64(a.rd.AvailableBytes()) }, float64(a.rd.BufferSize()))
+	registerQueueMetrics(cfg.Registry, func() int { return len(a.queue) }, cap(a.queue))
 	if cfg.Retention == (journal.Retention{}) {
 		a.cfg.Retention = journal.DefaultRetention
 	}

@@ -1,0 +1,23 @@
+package query
+
+import (
+	"fmt"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// SurfaceStates, worst first: a cell of the matrix shows the worst state of its calls, and
+// "violated" on top of any of them when violations were attributed to the surface.
+var SurfaceStates = []string{"violated", event.StateAbsent, event.StateDegraded, event.StateAudit, event.StateEnforced}
+
+// violated is true for a calls row whose record attributed violations (denials, alerts, limit
+// hits) to surface s (migration 0006's parallel arrays).
+func violated(s string) string {
+	return fmt.Sprintf("arrayExists((s, v) -> s = %s AND v > 0, surfaces, surface_violations)", Quote(s))
+}
+
+// anyViolation is true for a calls row with violations on any surface.
+func anyViolation() string { return "arraySum(surface_violations) > 0" }
+
+// surfaceJoin gives one row per call and surface: surface, state, v (violations).
+const surfaceJoin = "ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v"

@@ -1,0 +1,189 @@
+package board
+
+import (
+	"fmt"
+
+	"github.com/bermsec/berm/agent/event"
+)
+
+// stateColours are the colours of a surface's state, worst red.
+var stateColours = []struct{ pattern, colour, text string }{
+	{"^violated.*", "red", ""},
+	{"^absent$", "#6e6e6e", "absent"},
+	{"^degraded$", "orange", "degraded"},
+	{"^audit$", "yellow", "audit"},
+	{"^enforced$", "green", "enforced"},
+}
+
+func stateMappings() []any {
+	var out []any
+	for i, s := range stateColours {
+		res := obj{"color": s.colour, "index": i}
+		out = append(out, obj{"type": "regex", "options": obj{"pattern": s.pattern, "result": res}})
+	}
+	return out
+}
+
+func stat(d *Dashboard, title, desc, field, colour string) {
+	d.add("stat", title, desc, 6, 4, []obj{berm("stats", scope(obj{"surface": "${surface}"}))},
+		obj{"defaults": obj{"color": obj{"mode": "fixed", "fixedColor": colour}}, "overrides": []any{}},
+		obj{"reduceOptions": obj{"values": false, "calcs": []string{"lastNotNull"}, "fields": "/^" + field + "$/"},
+			"colorMode": "value", "graphMode": "none", "textMode": "value", "justifyMode": "auto", "orientation": "auto"})
+}
+
+func callsTable(d *Dashboard, title, desc string, w, h int, fields obj) {
+	d.add("table", title, desc, w, h, []obj{berm("calls", scope(fields))},
+		obj{"defaults": obj{}, "overrides": []any{
+			override("byName", "call_id", prop("links", []any{callLink("call_key")})),
+			override("byName", "call_key", prop("custom.hidden", true)),
+		}}, obj{"showHeader": true})
+}
+
+// Matrix is the on-call home: the tools × surfaces matrix and what feeds it.
+func Matrix() *Dashboard {
+	d := &Dashboard{File: "tools-surfaces.json", UID: "berm-matrix", Title: "berm / Tools × surfaces",
+		Description: "Each tool's calls on the six surfaces: the worst state in the range, violations counted.",
+		Tags:        []string{"berm"}, Vars: bermVars()}
+	stat(d, "Calls", "Calls that ended in the range.", "calls", "blue")
+	stat(d, "Calls with violations", "Calls with a denial, an alert or a limit hit.", "calls_with_violations", "red")
+	stat(d, "Incomplete records", "Calls whose trail misses events (complete = false).", "incomplete", "orange")
+	stat(d, "Dropped events", "Events lost in the ring buffer or the agent's queue, counted per call.", "dropped_events", "orange")
+	var overrides []any
+	for _, s := range event.Surfaces {
+		overrides = append(overrides, override("byName", s,
+			prop("custom.cellOptions", obj{"type": "color-background"}),
+			prop("mappings", stateMappings()),
+			prop("links", []any{obj{"title": "calls of this tool violating " + s,
+				"url": "/d/berm-matrix/berm-tools-x-surfaces?var-datasource=${datasource}&${tenant:queryparam}&var-tool=${__data.fields.tool:percentencode}&var-surface=" + s + "&${host:queryparam}&${__url_time_range}"}})))
+	}
+	overrides = append(overrides, override("byRegexp", "/ violations$/", prop("custom.hidden", true)))
+	d.add("table", "Tools × surfaces", "A row per tool, a column per surface: violated (with the count), absent (nothing configured or enforced), degraded (configured, not fully working: e.g. an incomplete trail), audit (recorded, not blocked), enforced. A cell links to the calls behind it.",
+		24, 9, []obj{berm("matrix", scope(nil))},
+		obj{"defaults": obj{"custom": obj{"align": "center"}}, "overrides": overrides}, obj{"showHeader": true})
+	d.add("timeseries", "Violations over time by surface", "Denials, alerts and limit hits per step.", 12, 8,
+		[]obj{berm("violations_over_time", scope(obj{"surface": "${surface}"}))},
+		obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}, nil)
+	d.add("bargauge", "Top violating tools", "Tools by denials, alerts and limit hits in the range.", 12, 8,
+		[]obj{berm("top_tools", scope(obj{"surface": "${surface}", "limit": 10}))},
+		obj{"defaults": obj{"color": obj{"mode": "fixed", "fixedColor": "red"}}, "overrides": []any{}},
+		obj{"reduceOptions": obj{"values": true, "calcs": []string{}, "fields": "/^violations$/"}, "orientation": "horizontal", "displayMode": "basic",
+			"valueMode": "color", "namePlacement": "auto", "showUnfilled": true, "sizing": "auto", "minVizWidth": 8, "minVizHeight": 16, "maxVizHeight": 300,
+			"legend": obj{"displayMode": "list", "placement": "bottom", "showLegend": false, "calcs": []string{}}})
+	callsTable(d, "Calls", "The calls of the selected tools (a matrix cell sets tool and surface: the calls violating it).", 24, 10,
+		obj{"surface": "${surface}", "limit": 500})
+	return d
+}
+
+// Escape is the security team's view: what the detection rules found.
+func Escape() *Dashboard {
+	d := &Dashboard{File: "escape-detection.json", UID: "berm-escape", Title: "berm / Escape detection",
+		Description: "Alerts of the detection rules, first-seen binaries, escape syscalls and egress denials.",
+		Tags:        []string{"berm"}, Vars: bermVars()}
+	series := obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}
+	d.add("timeseries", "Alerts by rule", "Alerts per step, a series per rule.", 12, 8,
+		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "rule"}))}, series, nil)
+	d.add("timeseries", "Alerts by severity", "Alerts per step, a series per severity.", 12, 8,
+		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "severity"}))}, series, nil)
+	d.add("table", "Top rules", "Rules by alerts in the range.", 10, 9,
+		[]obj{berm("top_rules", scope(obj{"surface": "${surface}", "limit": 20}))}, nil, obj{"showHeader": true})
+	d.add("table", "Alerts", "Newest first; the call id opens the call's timeline.", 14, 9,
+		[]obj{berm("alerts", scope(obj{"surface": "${surface}", "limit": 500}))},
+		obj{"defaults": obj{}, "overrides": []any{
+			override("byName", "call_id", prop("links", []any{callLink("call_key")})),
+			override("byName", "call_key", prop("custom.hidden", true)),
+			override("byName", "severity", prop("custom.cellOptions", obj{"type": "color-text"}), prop("mappings", []any{
+				obj{"type": "value", "options": obj{"critical": obj{"color": "dark-red", "index": 0}, "high": obj{"color": "red", "index": 1},
+					"medium": obj{"color": "orange", "index": 2}, "low": obj{"color": "yellow", "index": 3}, "info": obj{"color": "blue", "index": 4}}}})),
+		}}, obj{"showHeader": true})
+	d.add("table", "First-seen binaries per tool", "Binaries a tool executed for the first time ever in the range.", 8, 9,
+		[]obj{berm("first_seen", scope(obj{"limit": 200}))}, nil, obj{"showHeader": true})
+	d.add("table", "Escape syscalls per tool", fmt.Sprintf("Syscalls of the escape toolbox (ptrace, mount, unshare, setns, bpf, ...) made by the tools, outside berm's set-up."), 8, 9,
+		[]obj{berm("escape_syscalls", scope(obj{"limit": 200}))}, nil, obj{"showHeader": true})
+	d.add("table", "Egress denials", "Connections the egress policy refused (cgroup socket hooks); the call id opens the call's timeline.", 8, 9,
+		[]obj{berm("egress_denials", scope(obj{"limit": 200}))},
+		obj{"defaults": obj{}, "overrides": []any{
+			override("byName", "call_id", prop("links", []any{callLink("call_key")})),
+			override("byName", "call_key", prop("custom.hidden", true)),
+		}}, obj{"showHeader": true})
+	return d
+}
+
+// Call is the incident responder's view of one call.
+func Call() *Dashboard {
+	d := &Dashboard{File: "call-timeline.json", UID: "berm-call", Title: "berm / Call timeline",
+		Description: "One call: summary and each surface's state, process tree, events, files, network, denials and alerts.",
+		Tags:        []string{"berm"},
+		Vars:        []obj{dsVar("datasource", PluginID, "berm"), valuesVar("tenant", "tenant", "tenant", false), valuesVar("tool", "tool", "tool", true), callVar()}}
+	call := obj{"call": "${call}", "tenant": "${tenant:csv}"}
+	one := func(extra obj) obj {
+		t := obj{}
+		for k, v := range call {
+			t[k] = v
+		}
+		for k, v := range extra {
+			t[k] = v
+		}
+		return t
+	}
+	d.add("table", "Summary", "Who, what, when, how it ended; then each surface's state for this call.", 8, 15,
+		[]obj{berm("call_summary", one(nil))},
+		obj{"defaults": obj{}, "overrides": []any{override("byName", "value", prop("mappings", stateMappings()), prop("custom.cellOptions", obj{"type": "color-text"}))}},
+		obj{"showHeader": false})
+	d.add("nodeGraph", "Process tree", "Each process of the call, titled by what it executed; edges from parent to child.", 16, 15,
+		[]obj{berm("process_tree", one(obj{"limit": 5000}))}, nil, nil)
+	d.add("logs", "Events", "Every event of the call in order (berm's own set-up marked [setup]).", 24, 12,
+		[]obj{berm("timeline", one(obj{"limit": 5000}))}, nil,
+		obj{"showTime": true, "wrapLogMessage": true, "sortOrder": "Ascending", "enableLogDetails": true, "dedupStrategy": "none", "prettifyLogMessage": false, "showCommonLabels": false, "showLabels": false, "showLogContextToggle": false})
+	d.add("table", "Files", "Each path the tool opened: how often, how often refused.", 12, 9, []obj{berm("call_files", one(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Network", "Each connection the tool made.", 12, 9, []obj{berm("call_network", one(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Denials", "What the sandbox refused, by which layer and rule.", 12, 9, []obj{berm("call_denials", one(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Alerts", "What the detection rules found in this call.", 12, 9, []obj{berm("alerts", one(nil))}, nil, obj{"showHeader": true})
+	return d
+}
+
+// Agent is the health of the agents and the pipeline to ClickHouse.
+func Agent() *Dashboard {
+	vars := append(bermVars(), dsVar("prometheus", "prometheus", "Prometheus"),
+		obj{"type": "textbox", "name": "instance", "label": "instance (regex)", "query": ".*",
+			"current": obj{"text": ".*", "value": ".*"}, "options": []any{}, "hide": 0, "skipUrlSync": false})
+	d := &Dashboard{File: "agent-health.json", UID: "berm-agent", Title: "berm / Agent health",
+		Description: "bermd and the collector from Prometheus; ingest, backlog and completeness from ClickHouse.",
+		Tags:        []string{"berm"}, Vars: vars}
+	sel := `{instance=~"$instance"}`
+	rate := func(m, by string) string {
+		return fmt.Sprintf("sum by (%s) (rate(%s%s[$__rate_interval]))", by, m, sel)
+	}
+	line := obj{"defaults": obj{"custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
+	unit := func(u string) obj {
+		return obj{"defaults": obj{"unit": u, "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
+	}
+	d.add("timeseries", "Events by kind", "Events recorded per second (berm_events_total).", 8, 8,
+		[]obj{prom(rate("berm_events_total", "kind"), "{{kind}}")}, unit("ops"), nil)
+	d.add("timeseries", "Dropped events by where", "Events lost per second: kernel (ring buffer full), user (agent queue full).", 8, 8,
+		[]obj{prom(rate("berm_events_dropped_total", "where"), "{{where}}")}, unit("ops"), nil)
+	d.add("timeseries", "Ring buffer and queue usage", "Bytes waiting in the ring buffer and batches waiting in the agent's queue, as a share of their size.", 8, 8,
+		[]obj{prom("max by (instance) (berm_ringbuf_pending_bytes"+sel+" / berm_ringbuf_size_bytes"+sel+")", "ring {{instance}}"),
+			prom("max by (instance) (berm_queue_batches"+sel+" / berm_queue_capacity_batches"+sel+")", "queue {{instance}}")}, unit("percentunit"), nil)
+	d.add("timeseries", "Launches warm and cold", "Calls launched per second in a warm sandbox or one started for them.", 8, 8,
+		[]obj{prom("sum(rate(berm_sandbox_launches_warm_total"+sel+"[$__rate_interval]))", "warm"),
+			prom("sum(rate(berm_sandbox_launches_cold_total"+sel+"[$__rate_interval]))", "cold")}, unit("ops"), nil)
+	d.add("timeseries", "Launch latency (p50, p99)", "bermd's prepare phase (policy compiled, sandbox claimed) and connect phase.", 8, 8,
+		[]obj{prom("histogram_quantile(0.5, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p50 {{phase}}"),
+			prom("histogram_quantile(0.99, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p99 {{phase}}")}, unit("s"), nil)
+	d.add("timeseries", "Collector backlog", "Journal bytes not yet in ClickHouse, and the age of the oldest unshipped event.", 8, 8,
+		[]obj{prom("max by (instance) (berm_collector_backlog_bytes"+sel+")", "bytes {{instance}}"),
+			prom("max by (instance) (berm_collector_oldest_unshipped_event_age_seconds"+sel+")", "oldest s {{instance}}")}, line, nil)
+	d.add("table", "Ingest lag per host", "The newest call record of each host in ClickHouse and how old it is.", 8, 8,
+		[]obj{berm("ingest_lag", scope(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Backlog: calls without a record", "Calls started whose record is not in ClickHouse: running, or not shipped yet.", 8, 8,
+		[]obj{berm("backlog", scope(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Completeness per host", "Calls, incomplete records, dropped and aggregated events per host.", 8, 8,
+		[]obj{berm("completeness", scope(nil))}, nil, obj{"showHeader": true})
+	d.add("timeseries", "Drops and incomplete records over time", "Per step, from the call records.", 12, 8,
+		[]obj{berm("drops", scope(nil))}, line, nil)
+	callsTable(d, "Incomplete calls", "Calls whose trail misses events, and why.", 12, 8, obj{"complete": "false", "limit": 200})
+	return d
+}
+
+// All are the dashboards.
+func All() []*Dashboard { return []*Dashboard{Matrix(), Escape(), Call(), Agent()} }

@@ -1,0 +1,239 @@
+// Package grafana runs a real Grafana server for tests, built from Grafana's Go module (see
+// Home), on 127.0.0.1 and a free port, with a throwaway data directory, the plugins and
+// provisioning a test gives it.
+package grafana
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	chtest "github.com/bermsec/berm/testenv/clickhouse"
+	"github.com/bermsec/berm/testenv/testutil"
+)
+
+// Config says how to start a server.
+type Config struct {
+	Dir          string   // data, logs and config; a new temp dir when empty
+	PluginsDir   string   // Grafana's plugins directory
+	Provisioning string   // Grafana's provisioning directory (datasources/, dashboards/)
+	Unsigned     []string // plugin ids allowed to load unsigned
+	Env          []string // NAME=VALUE for the server: what the provisioning files expand
+}
+
+// Server is a running Grafana.
+type Server struct {
+	Dir      string
+	Port     int
+	User     string
+	Password string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	once sync.Once
+}
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.Port) }
+
+const customINI = `[server]
+http_addr = 127.0.0.1
+http_port = %d
+[paths]
+data = %s
+logs = %s
+plugins = %s
+provisioning = %s
+[security]
+admin_user = admin
+admin_password = %s
+[plugins]
+allow_loading_unsigned_plugins = %s
+[analytics]
+reporting_enabled = false
+check_for_updates = false
+check_for_plugin_updates = false
+[log]
+mode = file
+level = info
+[news]
+news_feed_enabled = false
+`
+
+// Start builds Grafana if needed, starts it and waits for /api/health.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	home, err := Home(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "berm-grafana-"); err != nil {
+			return nil, err
+		}
+	}
+	port, err := chtest.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: cfg.Dir, Port: port, User: "admin", Password: fmt.Sprintf("berm-%d", time.Now().UnixNano()), done: make(chan struct{})}
+	for _, d := range []string{"data", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ini := filepath.Join(cfg.Dir, "custom.ini")
+	text := fmt.Sprintf(customINI, port, filepath.Join(cfg.Dir, "data"), filepath.Join(cfg.Dir, "logs"),
+		cfg.PluginsDir, cfg.Provisioning, s.Password, strings.Join(cfg.Unsigned, ","))
+	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
+		return nil, err
+	}
+	out, err := os.Create(filepath.Join(cfg.Dir, "logs", "stdout.log"))
+	if err != nil {
+		return nil, err
+	}
+	s.cmd = exec.Command(filepath.Join(home, "bin", "grafana"), "server", "--homepath", home, "--config", ini)
+	s.cmd.Dir = cfg.Dir
+	s.cmd.Env = append(os.Environ(), cfg.Env...)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	// its own process group (its plugins are its children), killed with the test binary
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start grafana: %w", err)
+	}
+	go func() { s.cmd.Wait(); out.Close(); close(s.done) }()
+	if err := s.waitHealthy(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ForTest starts a server for t and stops it when t ends. It fails the test when Grafana cannot
+// be built or started, unless the test is not root, where it skips with the reason (CI runs as
+// root).
+func ForTest(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	testutil.Integration(t, "a real Grafana server")
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		testutil.RequireRoot(t, fmt.Sprintf("a real Grafana server is needed (%v)", err))
+		t.Fatalf("start grafana: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) waitHealthy(ctx context.Context) error {
+	deadline := time.After(3 * time.Minute)
+	for {
+		var h struct {
+			Database string `json:"database"`
+		}
+		if err := s.Get("/api/health", &h); err == nil && h.Database == "ok" {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("grafana exited during start: %s", s.LogTail())
+		case <-ctx.Done():
+			return fmt.Errorf("grafana not healthy: %w: %s", ctx.Err(), s.LogTail())
+		case <-deadline:
+			return fmt.Errorf("grafana not healthy after 3 minutes: %s", s.LogTail())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// LogTail is the end of Grafana's log, for error messages.
+func (s *Server) LogTail() string {
+	var parts []string
+	for _, f := range []string{"grafana.log", "stdout.log"} {
+		b, _ := os.ReadFile(filepath.Join(s.Dir, "logs", f))
+		if len(b) > 3000 {
+			b = b[len(b)-3000:]
+		}
+		parts = append(parts, string(b))
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Stop stops the server (SIGTERM, SIGKILL after 10 s) and its plugins.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		if s.cmd == nil || s.cmd.Process == nil {
+			return
+		}
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+		}
+	})
+}
+
+// Do sends a request as the admin and decodes a JSON answer into out (when not nil). A status
+// other than 2xx is an error carrying the body.
+func (s *Server) Do(method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.URL()+path, rd)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(s.User, s.Password)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return &StatusError{Code: resp.StatusCode, Body: string(b)}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode %s: %w", method, path, b, err)
+		}
+	}
+	return nil
+}
+
+// Get is Do with GET.
+func (s *Server) Get(path string, out any) error { return s.Do(http.MethodGet, path, nil, out) }
+
+// StatusError is an answer with a status other than 2xx.
+type StatusError struct {
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("status %d: %s", e.Code, e.Body) }
