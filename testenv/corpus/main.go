@@ -251,7 +251,7 @@ func measure(b behaviour, id string, benign bool, tl *timeline, eng *rules.Engin
 				execs++
 			}
 		case event.KindAlert:
-			if eng == nil && ev.Alert != nil && !seen[ev.Alert.RuleID] {
+			if eng == nil && ev.Alert != nil && !seen[ev.Alert.RuleID] && !harnessRule[ev.Alert.RuleID] {
 				seen[ev.Alert.RuleID] = true
 				o.Alerts = append(o.Alerts, ev.Alert.RuleID)
 			}
@@ -259,7 +259,7 @@ func measure(b behaviour, id string, benign bool, tl *timeline, eng *rules.Engin
 		}
 		if eng != nil {
 			for _, a := range eng.Eval(ev) {
-				if !seen[a.Alert.RuleID] {
+				if !seen[a.Alert.RuleID] && !harnessRule[a.Alert.RuleID] {
 					seen[a.Alert.RuleID] = true
 					o.Alerts = append(o.Alerts, a.Alert.RuleID)
 				}
@@ -270,6 +270,10 @@ func measure(b behaviour, id string, benign bool, tl *timeline, eng *rules.Engin
 	o.Ran = execs > 1 || o.Denied > 0 || tl.Call.Record.ExitCode != 127
 	return o
 }
+
+// harnessRule are alerts the corpus does not count: the wall-time cap that fires them is the
+// harness's (-timeout, seconds), not the policy's (minutes), so any slow behaviour would count.
+var harnessRule = map[string]bool{"resource-wall-time": true}
 
 type tally struct{ tests, ran, contained, alerted int }
 
