@@ -703,7 +703,12 @@ func (a *Agent) openCalls() []*Call {
 func (c *Call) enrich(ev *event.Event) {
 	switch ev.Kind {
 	case event.KindExec:
+		// The program is the file the kernel ran, not the name it was run by (a symlink, an
+		// fd path): rules on proc.exe and proc.parent_exe see through planted names.
 		c.procs[ev.PID] = ev.Exec.Filename
+		if ev.Exec.ExePath != "" {
+			c.procs[ev.PID] = ev.Exec.ExePath
+		}
 	case event.KindFork:
 		if exe, ok := c.procs[ev.PID]; ok {
 			c.procs[ev.Fork.ChildPID] = exe

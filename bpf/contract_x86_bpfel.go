@@ -47,6 +47,7 @@ type WireBermExec struct {
 	Pad      uint32
 	ExeName  [64]int8
 	Filename WireBermStr
+	ExePath  WireBermStr
 	Args     WireBermStr
 }
 

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/bermsec/berm/agent/event"
@@ -96,6 +97,10 @@ func TestE2EShellThroughPlantedNames(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	// The strict policy refuses execveat(AT_EMPTY_PATH) outright (and exec-fileless alerts on
 	// the attempt); a policy that allows running descriptors must not make the shell invisible.
+	shell, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
 	fexecve := stateDir + "/fexecve.yaml"
 	if err := os.WriteFile(fexecve, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: fexecve}\nspec:\n  syscalls: {denyExecutableMemfd: false}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -112,15 +117,25 @@ func TestE2EShellThroughPlantedNames(t *testing.T) {
 			callID := fmt.Sprintf("planted-%d", i)
 			events := runCall(t, bin, stateDir, callID, c.flags, c.cmd)
 			var execs []string
+			alerted, resolved := false, false
 			for _, ev := range events {
 				if ev.Kind == event.KindExec {
-					execs = append(execs, fmt.Sprintf("%s (%s) parent %s", ev.Exec.Filename, ev.Exec.ExeName, ev.ParentExe))
+					execs = append(execs, fmt.Sprintf("%s (%s, %s) parent %s", ev.Exec.Filename, ev.Exec.ExeName, ev.Exec.ExePath, ev.ParentExe))
+					// the kernel's path of what ran, whatever name it was run by
+					if ev.Exec.ExePath == shell && ev.Exe == shell && ev.Exec.Filename != "/bin/sh" {
+						resolved = true
+					}
 				}
 				if ev.Kind == event.KindAlert && ev.Alert.RuleID == "exec-interpreter-shell" {
-					return
+					alerted = true
 				}
 			}
-			t.Errorf("no exec-interpreter-shell alert in call %s; execs: %v", callID, execs)
+			if !alerted {
+				t.Errorf("no exec-interpreter-shell alert in call %s; execs: %v", callID, execs)
+			}
+			if !resolved {
+				t.Errorf("no exec event of call %s names %s as the executed file (exec.exe_path, proc.exe); execs: %v", callID, shell, execs)
+			}
 		})
 	}
 }

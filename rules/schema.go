@@ -108,6 +108,7 @@ var variables = []struct {
 		field{"setuid", types.BoolType, boolean(func(v any) bool { return v.(*event.Exec).Setuid })},
 		field{"deleted", types.BoolType, boolean(func(v any) bool { return v.(*event.Exec).Deleted })},
 		field{"exe_name", types.StringType, str(func(v any) string { return v.(*event.Exec).ExeName })},
+		field{"exe_path", types.StringType, str(func(v any) string { return v.(*event.Exec).ExePath })},
 		field{"euid", types.IntType, num(func(v any) int64 { return int64(v.(*event.Exec).EUID) })},
 	)},
 	{"fork", event.KindFork, newObjType("berm.Fork",
