@@ -347,4 +347,15 @@ func report(w io.Writer, md io.Writer, res []outcome) {
 	fmt.Fprintf(md, "| corpus | behaviours | ran | contained (denied) | alerted | alerted of those that ran |\n|---|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(md, "| attack (atomic-red-team, %d techniques) | %d | %d | %d | %d | %.1f%% |\n", len(techs), all.tests, all.ran, all.contained, all.alerted, pct(all.alerted, all.ran))
 	fmt.Fprintf(md, "| benign | %d | %d | %d | %d (false positives) | |\n", ben.tests, ben.ran, ben.contained, len(fps))
+	fmt.Fprintf(md, "\n| technique | behaviours | ran | contained (denied) | alerted |\n|---|---:|---:|---:|---:|\n")
+	for _, t := range techs {
+		p := per[t]
+		fmt.Fprintf(md, "| %s | %d | %d | %d | %d |\n", t, p.tests, p.ran, p.contained, p.alerted)
+	}
+	if len(misses) > 0 {
+		fmt.Fprintf(md, "\nBehaviours that ran and raised no alert:\n\n")
+		for _, o := range misses {
+			fmt.Fprintf(md, "- %s (%s, %s)\n", o.ID, o.Name, o.GUID)
+		}
+	}
 }
