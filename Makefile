@@ -6,7 +6,7 @@ PLUGIN   := $(BIN)/grafana/berm-datasource
 CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build grafana deps generate check-generated vmlinux test test-unit test-race demo bench clean
+.PHONY: all build grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean
 
 all: build
 
@@ -65,5 +65,11 @@ demo: build
 bench: deps build
 	@testenv/bench.sh
 
+# Detection coverage (root): every atomic-red-team Linux atomic and every benign behaviour of
+# testenv/corpus as one berm run call under the strict policy; per technique: ran, contained
+# (denied), alerted; and the benign side's false positives. Timelines are kept in .corpus/.
+corpus: build
+	$(GO) run ./testenv/corpus -berm $(BIN)/berm -out .corpus -summary .corpus/summary.md
+
 clean:
-	rm -rf $(BIN) .bench
+	rm -rf $(BIN) .bench .corpus

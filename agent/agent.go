@@ -156,7 +156,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	a.clock = time.Now().UnixNano() - bootNanos()
 	a.m = newMetrics(cfg.Registry, func() float64 { return float64(a.rd.AvailableBytes()) }, float64(a.rd.BufferSize()))
-	registerQueueMetrics(cfg.Registry, func() int { return len(a.queue) }, cap(a.queue))
+	registerQueueMetrics(cfg.Registry, a.queued.Load, nodeBytes)
 	if cfg.Retention == (journal.Retention{}) {
 		a.cfg.Retention = journal.DefaultRetention
 	}
@@ -750,7 +750,12 @@ func (a *Agent) openCalls() []*Call {
 func (c *Call) enrich(ev *event.Event) {
 	switch ev.Kind {
 	case event.KindExec:
+		// The program is the file the kernel ran, not the name it was run by (a symlink, an
+		// fd path): rules on proc.exe and proc.parent_exe see through planted names.
 		c.procs[ev.PID] = ev.Exec.Filename
+		if ev.Exec.ExePath != "" {
+			c.procs[ev.PID] = ev.Exec.ExePath
+		}
 	case event.KindFork:
 		if exe, ok := c.procs[ev.PID]; ok {
 			c.procs[ev.Fork.ChildPID] = exe

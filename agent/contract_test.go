@@ -72,6 +72,7 @@ func TestContractLimits(t *testing.T) {
 		{"BERM_PATH_LEN", len(bpf.WireBermLsmDeny{}.Path), "berm_lsm_deny.path"},
 		{"BERM_PATH_MAX", bpf.BermPathMax, "bpf.BermPathMax"},
 		{"BERM_ARGS_MAX", bpf.BermArgsMax, "bpf.BermArgsMax"},
+		{"BERM_EXE_PATH_MAX", bpf.BermExePathMax, "bpf.BermExePathMax"},
 		{"BERM_LEN_UNKNOWN", wire.LenUnknown, "wire.LenUnknown"},
 	}
 	for _, c := range cases {

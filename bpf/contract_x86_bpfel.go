@@ -58,6 +58,7 @@ type WireBermExec struct {
 	Pad      uint32
 	ExeName  [64]int8
 	Filename WireBermStr
+	ExePath  WireBermStr
 	Args     WireBermStr
 }
 

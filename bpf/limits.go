@@ -4,4 +4,6 @@ package bpf
 const (
 	BermPathMax = 4096 // BERM_PATH_MAX: longest path a record carries, with its NUL
 	BermArgsMax = 8192 // BERM_ARGS_MAX: argv bytes an exec record carries
+	// BERM_EXE_PATH_MAX: bytes of the executed file's kernel path an exec record carries
+	BermExePathMax = 1024
 )

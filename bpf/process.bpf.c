@@ -43,6 +43,15 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	off += flen;
 
 	struct file *file = BPF_CORE_READ(bprm, file);
+	/* The file that runs, as the kernel resolved it: a symlink, an fd path (/dev/fd/3 of
+	 * execveat) or a renamed copy do not change it. Cut to BERM_EXE_PATH_MAX, which keeps the
+	 * argv that follows at an offset the masks below allow. */
+	__u32 pfull = 0;
+	__u32 plen = berm_walk_path_max((char *)&r->b[off & (2 * BERM_PATH_MAX - 1)], BPF_CORE_READ(file, f_path.mnt),
+					BPF_CORE_READ(file, f_path.dentry), p, &pfull, BERM_EXE_PATH_MAX);
+	e->exe_path.len = plen;
+	e->exe_path.full = pfull;
+	off += plen;
 	e->exe_mode = BPF_CORE_READ(file, f_inode, i_mode);
 	e->exe_nlink = BPF_CORE_READ(file, f_inode, __i_nlink);
 	e->euid = BPF_CORE_READ(bprm, cred, euid.val);

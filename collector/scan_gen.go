@@ -148,6 +148,9 @@ func (sc *scanner) exec(x *event.Exec) {
 	if sc.has(`,"exe_name":`) {
 		x.ExeName = sc.nonEmpty()
 	}
+	if sc.has(`,"exe_path":`) {
+		x.ExePath = sc.nonEmpty()
+	}
 	sc.need(`,"euid":`)
 	x.EUID = sc.uint32()
 	if sc.has(`,"args_len":`) {

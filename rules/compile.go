@@ -25,9 +25,12 @@ type Rule struct {
 	Technique   []string
 	Kinds       []event.Kind // the event kinds the rule is evaluated on
 	Syscalls    []string     // for syscall rules: the only syscall names that can match (nil: any)
+	ExeNames    []string     // for exec rules: the only exec.exe_name values that can match (nil: any)
+	PathDirs    []string     // for open rules: the only first components of file.path that can match (nil: any)
 	Enabled     bool
 	Tags        []string
 	Window      *Window
+	Sequence    *Sequence
 	Condition   string
 	File        string
 	Line        int
@@ -37,6 +40,18 @@ type Rule struct {
 	output     []outPart
 	by         cel.Program
 	tests      []testCase
+	// A sequence rule's cond is (after) || (condition), what the index and a bucket evaluate;
+	// trigger is its own condition, first the earlier event's, keys the values they share.
+	trigger, first, firstKey, key cel.Program
+}
+
+// Sequence makes a rule stateful: it fires on an event matching its condition that follows,
+// within Within in the same call, an event matching After (with the same key value, if set).
+type Sequence struct {
+	After    string
+	AfterKey string
+	Key      string
+	Within   time.Duration
 }
 
 // Window makes a rule stateful: it fires when Count matching events of one call (and one
@@ -62,12 +77,12 @@ type outPart struct {
 type Set struct {
 	rules []*Rule
 	files []string
-	// byKind holds the rules evaluated on each kind, in load order. Syscall events are indexed
-	// further by name: bySyscall[name] holds the rules that can match that syscall.
-	byKind       map[event.Kind]*bucket
-	bySyscall    map[string]*bucket
-	syscallOther *bucket
-	fingerprint  string // of the files when they were read (Watch compares with it)
+	// byKind holds the rules evaluated on each kind, in load order. Syscall, exec and open
+	// events are indexed further by a key (index.go): byKey[kind].by[key] holds the rules that
+	// can match an event with that key.
+	byKind      map[event.Kind]*bucket
+	byKey       map[event.Kind]*index // syscall, exec and open events: by their key (index.go)
+	fingerprint string                // of the files when they were read (Watch compares with it)
 }
 
 // bucket is the rules one event is evaluated against. all, when set, evaluates every rule's
@@ -106,11 +121,11 @@ func (s *Set) Rule(id string) *Rule {
 }
 
 func (s *Set) candidates(ev *event.Event) *bucket {
-	if ev.Kind == event.KindSyscall && ev.Syscall != nil {
-		if rs, ok := s.bySyscall[ev.Syscall.Name]; ok {
-			return rs
+	if ix := s.byKey[ev.Kind]; ix != nil {
+		if b, ok := ix.by[eventKey(ev)]; ok {
+			return b
 		}
-		return s.syscallOther
+		return ix.other
 	}
 	return s.byKind[ev.Kind]
 }
@@ -118,60 +133,36 @@ func (s *Set) candidates(ev *event.Event) *bucket {
 // reindex builds the lookup tables over the enabled rules.
 func (s *Set) reindex() {
 	byKind := map[event.Kind][]*Rule{}
-	bySyscall := map[string][]*Rule{}
-	var other []*Rule
-	names := map[string]bool{}
-	for _, r := range s.rules {
-		for _, n := range r.Syscalls {
-			names[n] = true
-		}
-	}
 	for _, r := range s.rules {
 		if !r.Enabled {
 			continue
 		}
 		for _, k := range r.Kinds {
 			byKind[k] = append(byKind[k], r)
-			if k != event.KindSyscall {
-				continue
-			}
-			if r.Syscalls == nil {
-				other = append(other, r)
-				for n := range names {
-					bySyscall[n] = append(bySyscall[n], r)
-				}
-				continue
-			}
-			for _, n := range r.Syscalls {
-				bySyscall[n] = append(bySyscall[n], r)
-			}
 		}
-	}
-	// Keep load order within every list, whichever way rules were added.
-	order := map[*Rule]int{}
-	for i, r := range s.rules {
-		order[r] = i
 	}
 	s.byKind = map[event.Kind]*bucket{}
 	for k, rs := range byKind {
 		s.byKind[k] = &bucket{rules: rs}
 	}
-	s.bySyscall = map[string]*bucket{}
-	for n, rs := range bySyscall {
-		sort.Slice(rs, func(i, j int) bool { return order[rs[i]] < order[rs[j]] })
-		s.bySyscall[n] = &bucket{rules: rs}
+	s.byKey = map[event.Kind]*index{
+		event.KindSyscall: buildIndex(s.rules, event.KindSyscall, func(r *Rule) []string { return r.Syscalls }),
+		event.KindExec:    buildIndex(s.rules, event.KindExec, func(r *Rule) []string { return r.ExeNames }),
+		event.KindOpen:    buildIndex(s.rules, event.KindOpen, func(r *Rule) []string { return r.PathDirs }),
 	}
-	s.syscallOther = &bucket{rules: other}
 }
 
 // combine gives every bucket of more than one rule its single program.
 func (c *compiler) combine(s *Set) {
-	buckets := []*bucket{s.syscallOther}
+	var buckets []*bucket
 	for _, b := range s.byKind {
 		buckets = append(buckets, b)
 	}
-	for _, b := range s.bySyscall {
-		buckets = append(buckets, b)
+	for _, ix := range s.byKey {
+		buckets = append(buckets, ix.other)
+		for _, b := range ix.by {
+			buckets = append(buckets, b)
+		}
 	}
 	for _, b := range buckets {
 		if len(b.rules) < 2 {
@@ -440,6 +431,29 @@ func (c *compiler) compileRule(rs *ruleSpec) *Rule {
 	checked, prg := c.compileExpr(*rs.condition, rs.id, "condition", cel.BoolType)
 	r.cond = prg
 	ok = prg != nil
+	if q := rs.sequence; q != nil && ok {
+		r.Sequence = &Sequence{After: q.first.s, Within: q.within}
+		r.trigger = prg
+		_, r.first = c.compileExpr(*q.first, rs.id, "sequence after", cel.BoolType)
+		ok = r.first != nil
+		if q.key != nil {
+			r.Sequence.AfterKey, r.Sequence.Key = q.firstKey.s, q.key.s
+			_, r.firstKey = c.compileExpr(*q.firstKey, rs.id, "sequence after_key", nil)
+			_, r.key = c.compileExpr(*q.key, rs.id, "sequence key", nil)
+			ok = ok && r.firstKey != nil && r.key != nil
+		}
+		if ok {
+			either := *rs.condition
+			either.s = "(" + q.first.s + ") || (" + rs.condition.s + ")"
+			r.Condition = either.s
+			checked, r.cond = c.compileExpr(either, rs.id, "sequence after or condition", cel.BoolType)
+			ok = r.cond != nil
+		}
+		if rs.window != nil {
+			c.issue(rs.src, q.node, rs.id, "sequence: a rule has a window or a sequence, not both")
+			ok = false
+		}
+	}
 	for _, ex := range rs.exceptions {
 		if _, p := c.compileExpr(ex.cond, rs.id, "exception "+ex.name, cel.BoolType); p != nil {
 			r.exceptions = append(r.exceptions, exception{name: ex.name, prg: p})
@@ -492,8 +506,18 @@ func (c *compiler) compileRule(rs *ruleSpec) *Rule {
 			ok = false
 		}
 	}
+	if containsKind(r.Kinds, event.KindExec) {
+		if names, constrained := c.keys(indexedFields[1], checked.NativeRep().Expr()); constrained {
+			r.ExeNames = append([]string{}, names...)
+		}
+	}
+	if containsKind(r.Kinds, event.KindOpen) {
+		if dirs, constrained := c.keys(indexedFields[2], checked.NativeRep().Expr()); constrained {
+			r.PathDirs = append([]string{}, dirs...)
+		}
+	}
 	if containsKind(r.Kinds, event.KindSyscall) {
-		if names, constrained := c.syscallNames(checked.NativeRep().Expr()); constrained {
+		if names, constrained := c.keys(indexedFields[0], checked.NativeRep().Expr()); constrained {
 			r.Syscalls = names
 			if r.Syscalls == nil {
 				r.Syscalls = []string{}
@@ -519,89 +543,6 @@ func containsKind(ks []event.Kind, k event.Kind) bool {
 		}
 	}
 	return false
-}
-
-// syscallNames finds which syscall names can satisfy e: constrained is false when any can.
-// It understands `syscall.name == "x"`, `syscall.name in [...]` or a list, and && / || of those.
-func (c *compiler) syscallNames(e ast.Expr) (names []string, constrained bool) {
-	if e.Kind() != ast.CallKind {
-		return nil, false
-	}
-	call := e.AsCall()
-	args := call.Args()
-	switch call.FunctionName() {
-	case "_&&_":
-		a, ac := c.syscallNames(args[0])
-		b, bc := c.syscallNames(args[1])
-		switch {
-		case ac && bc:
-			return intersect(a, b), true
-		case ac:
-			return a, true
-		case bc:
-			return b, true
-		}
-		return nil, false
-	case "_||_":
-		a, ac := c.syscallNames(args[0])
-		b, bc := c.syscallNames(args[1])
-		if ac && bc {
-			return union(a, b), true
-		}
-		return nil, false
-	case "_==_":
-		// kind == "exec" (any kind but syscall) lets no syscall event through.
-		for i := 0; i < 2; i++ {
-			k, lit := args[i], args[1-i]
-			if k.Kind() == ast.IdentKind && k.AsIdent() == "kind" && lit.Kind() == ast.LiteralKind {
-				if s, ok := lit.AsLiteral().(types.String); ok && string(s) != string(event.KindSyscall) {
-					return []string{}, true
-				}
-			}
-		}
-		if isSyscallName(args[0]) && args[1].Kind() == ast.LiteralKind {
-			if s, ok := args[1].AsLiteral().(types.String); ok {
-				return []string{string(s)}, true
-			}
-		}
-		if isSyscallName(args[1]) && args[0].Kind() == ast.LiteralKind {
-			if s, ok := args[0].AsLiteral().(types.String); ok {
-				return []string{string(s)}, true
-			}
-		}
-	case "@in":
-		if !isSyscallName(args[0]) {
-			return nil, false
-		}
-		switch l := args[1]; l.Kind() {
-		case ast.IdentKind:
-			if ls := c.lists[l.AsIdent()]; ls != nil && !ls.isInt {
-				return append([]string(nil), ls.strs...), true
-			}
-		case ast.ListKind:
-			var out []string
-			for _, el := range l.AsList().Elements() {
-				if el.Kind() != ast.LiteralKind {
-					return nil, false
-				}
-				s, ok := el.AsLiteral().(types.String)
-				if !ok {
-					return nil, false
-				}
-				out = append(out, string(s))
-			}
-			return out, true
-		}
-	}
-	return nil, false
-}
-
-func isSyscallName(e ast.Expr) bool {
-	if e.Kind() != ast.SelectKind {
-		return false
-	}
-	s := e.AsSelect()
-	return s.FieldName() == "name" && !s.IsTestOnly() && s.Operand().Kind() == ast.IdentKind && s.Operand().AsIdent() == "syscall"
 }
 
 func intersect(a, b []string) []string {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
@@ -35,6 +36,7 @@ type Engine struct {
 
 type callState struct {
 	windows map[winKey]*window
+	marks   map[winKey]time.Time // sequence rules: when their earlier event was last seen, by key
 }
 
 // Window state is keyed by the compiled rule: a swap starts windows afresh.
@@ -67,6 +69,7 @@ func (e *Engine) Swap(set *Set) {
 	e.mu.Lock()
 	for _, cs := range e.calls {
 		clear(cs.windows)
+		clear(cs.marks)
 	}
 	e.mu.Unlock()
 	if set != nil {
@@ -147,6 +150,9 @@ func (e *Engine) Eval(ev *event.Event) []event.Event {
 
 // matched takes a rule whose condition holds through its exceptions and window.
 func (e *Engine) matched(r *Rule, ev *event.Event, out []event.Event) []event.Event {
+	if r.Sequence != nil && !e.sequence(r, ev) {
+		return out
+	}
 	for _, ex := range r.exceptions {
 		if v, _, err := ex.prg.Eval(&e.act); err == nil && v == types.True {
 			return out
@@ -159,13 +165,55 @@ func (e *Engine) matched(r *Rule, ev *event.Event, out []event.Event) []event.Ev
 	return append(out, r.alert(ev, &e.act))
 }
 
-// window counts a match of a windowed rule and says whether the rule fires.
-func (e *Engine) window(r *Rule, ev *event.Event) bool {
+// sequence handles an event on which a sequence rule's (after) || (condition) holds: it says
+// whether the event completes the sequence (matches the condition, after a remembered event
+// with the same key), then remembers it if it matches after. The trigger is looked at first so
+// that one event cannot be both steps.
+func (e *Engine) sequence(r *Rule, ev *event.Event) bool {
+	cs := e.state(ev)
+	fire := false
+	if v, _, err := r.trigger.Eval(&e.act); err == nil && v == types.True {
+		if k, ok := e.keyOf(r.key); ok {
+			if t, seen := cs.marks[winKey{rule: r, by: k}]; seen && !ev.Time.Before(t) && ev.Time.Sub(t) <= r.Sequence.Within {
+				fire = true
+			}
+		}
+	}
+	if v, _, err := r.first.Eval(&e.act); err == nil && v == types.True {
+		if k, ok := e.keyOf(r.firstKey); ok {
+			key := winKey{rule: r, by: k}
+			if _, seen := cs.marks[key]; seen || len(cs.marks) < maxKeysPerCall {
+				cs.marks[key] = ev.Time
+			}
+		}
+	}
+	return fire
+}
+
+// keyOf evaluates a sequence key ("" when the rule has none).
+func (e *Engine) keyOf(p cel.Program) (string, bool) {
+	if p == nil {
+		return "", true
+	}
+	v, _, err := p.Eval(&e.act)
+	if err != nil {
+		return "", false
+	}
+	return format(v), true
+}
+
+func (e *Engine) state(ev *event.Event) *callState {
 	cs := e.calls[ev.Key()]
 	if cs == nil {
-		cs = &callState{windows: map[winKey]*window{}}
+		cs = &callState{windows: map[winKey]*window{}, marks: map[winKey]time.Time{}}
 		e.calls[ev.Key()] = cs
 	}
+	return cs
+}
+
+// window counts a match of a windowed rule and says whether the rule fires.
+func (e *Engine) window(r *Rule, ev *event.Event) bool {
+	cs := e.state(ev)
 	key := winKey{rule: r}
 	if r.by != nil {
 		v, _, err := r.by.Eval(&e.act)

@@ -51,6 +51,17 @@ type exceptionSpec struct {
 	cond text
 }
 
+// sequenceSpec makes a rule fire only on an event that follows an earlier one of the call:
+// first is the earlier event's condition; firstKey and key, when set, must give the same value
+// on the two events (what was written is what is executed).
+type sequenceSpec struct {
+	first    *text
+	firstKey *text
+	key      *text
+	within   time.Duration
+	node     *yaml.Node
+}
+
 type windowSpec struct {
 	count  int
 	within time.Duration
@@ -80,6 +91,7 @@ type ruleSpec struct {
 	exceptions  []exceptionSpec
 	output      *text
 	window      *windowSpec
+	sequence    *sequenceSpec
 	enabled     bool
 	tags        []string
 	tests       []testCase
@@ -349,7 +361,8 @@ func (l *loader) parseRule(src *source, n *yaml.Node) {
 			set["output"] = true
 			r.output = l.textOf(src, v, id, "output")
 		},
-		"window": func(v *yaml.Node) { r.window = l.parseWindow(src, v, id) },
+		"window":   func(v *yaml.Node) { r.window = l.parseWindow(src, v, id) },
+		"sequence": func(v *yaml.Node) { r.sequence = l.parseSequence(src, v, id) },
 		"enabled": func(v *yaml.Node) {
 			if err := v.Decode(&r.enabled); err != nil {
 				l.issue(src, v, id, "enabled: want true or false")
@@ -401,6 +414,31 @@ func (l *loader) parseWindow(src *source, n *yaml.Node, id string) *windowSpec {
 		return nil
 	}
 	return w
+}
+
+func (l *loader) parseSequence(src *source, n *yaml.Node, id string) *sequenceSpec {
+	q := &sequenceSpec{node: n}
+	l.mapping(src, n, id, "sequence", map[string]func(*yaml.Node){
+		"after":     func(v *yaml.Node) { q.first = l.textOf(src, v, id, "sequence after") },
+		"after_key": func(v *yaml.Node) { q.firstKey = l.textOf(src, v, id, "sequence after_key") },
+		"key":       func(v *yaml.Node) { q.key = l.textOf(src, v, id, "sequence key") },
+		"within": func(v *yaml.Node) {
+			d, err := time.ParseDuration(v.Value)
+			if err != nil || d <= 0 {
+				l.issue(src, v, id, "sequence: within: want a positive duration like 1m, got %q", v.Value)
+			}
+			q.within = d
+		},
+	})
+	if q.first == nil || q.within == 0 {
+		l.issue(src, n, id, "sequence: needs after and within")
+		return nil
+	}
+	if (q.firstKey == nil) != (q.key == nil) {
+		l.issue(src, n, id, "sequence: after_key and key go together (the values the two events must share)")
+		return nil
+	}
+	return q
 }
 
 func (l *loader) parseTests(src *source, n *yaml.Node, r *ruleSpec) {

@@ -108,6 +108,7 @@ var variables = []struct {
 		field{"setuid", types.BoolType, boolean(func(v any) bool { return v.(*event.Exec).Setuid })},
 		field{"deleted", types.BoolType, boolean(func(v any) bool { return v.(*event.Exec).Deleted })},
 		field{"exe_name", types.StringType, str(func(v any) string { return v.(*event.Exec).ExeName })},
+		field{"exe_path", types.StringType, str(func(v any) string { return v.(*event.Exec).ExePath })},
 		field{"euid", types.IntType, num(func(v any) int64 { return int64(v.(*event.Exec).EUID) })},
 	)},
 	{"fork", event.KindFork, newObjType("berm.Fork",
@@ -118,16 +119,18 @@ var variables = []struct {
 		field{"signal", types.IntType, num(func(v any) int64 { return int64(v.(*event.Exit).Signal) })},
 	)},
 	{"file", event.KindOpen, newObjType("berm.File",
-		field{"path", types.StringType, str(func(v any) string { return v.(*event.Open).Path })},
-		field{"dirfd", types.IntType, num(func(v any) int64 { return int64(v.(*event.Open).Dirfd) })},
-		field{"flags", types.IntType, num(func(v any) int64 { return int64(v.(*event.Open).Flags) })},
-		field{"mode", types.IntType, num(func(v any) int64 { return int64(v.(*event.Open).Mode) })},
-		field{"result", types.IntType, num(func(v any) int64 { return v.(*event.Open).Result })},
-		field{"errno", types.StringType, str(func(v any) string { return v.(*event.Open).Errno })},
-		field{"write", types.BoolType, boolean(func(v any) bool { return v.(*event.Open).Flags&(oWronly|oRdwr) != 0 })},
-		field{"create", types.BoolType, boolean(func(v any) bool { return v.(*event.Open).Flags&oCreat != 0 })},
-		field{"trunc", types.BoolType, boolean(func(v any) bool { return v.(*event.Open).Flags&oTrunc != 0 })},
-		field{"append", types.BoolType, boolean(func(v any) bool { return v.(*event.Open).Flags&oAppend != 0 })},
+		field{"path", types.StringType, func(v any) ref.Val { return v.(*fileView).pathVal() }},
+		field{"dirfd", types.IntType, num(func(v any) int64 { return int64(v.(*fileView).o.Dirfd) })},
+		field{"flags", types.IntType, num(func(v any) int64 { return int64(v.(*fileView).o.Flags) })},
+		field{"mode", types.IntType, num(func(v any) int64 { return int64(v.(*fileView).o.Mode) })},
+		field{"result", types.IntType, num(func(v any) int64 { return v.(*fileView).o.Result })},
+		field{"errno", types.StringType, str(func(v any) string { return v.(*fileView).o.Errno })},
+		field{"write", types.BoolType, boolean(func(v any) bool { return v.(*fileView).o.Flags&(oWronly|oRdwr) != 0 })},
+		field{"create", types.BoolType, boolean(func(v any) bool { return v.(*fileView).o.Flags&oCreat != 0 })},
+		field{"trunc", types.BoolType, boolean(func(v any) bool { return v.(*fileView).o.Flags&oTrunc != 0 })},
+		field{"append", types.BoolType, boolean(func(v any) bool { return v.(*fileView).o.Flags&oAppend != 0 })},
+		// write, create or trunc: one field, as rules on writes test it on every open
+		field{"modifies", types.BoolType, boolean(func(v any) bool { return v.(*fileView).o.Flags&(oWronly|oRdwr|oCreat|oTrunc) != 0 })},
 	)},
 	{"net", event.KindConnect, newObjType("berm.Net",
 		field{"family", types.StringType, str(func(v any) string { return v.(*event.Connect).Family })},
@@ -180,7 +183,33 @@ var kindOfVar = func() map[string]event.Kind {
 }()
 
 // activation resolves the variables of one event. The engine reuses one per evaluation.
-type activation struct{ ev *event.Event }
+type activation struct {
+	ev *event.Event
+	fv fileView // the open part of ev, with its path boxed once for every rule that reads it
+}
+
+// fileView is what the file variable resolves to: most rules read file.path, on the
+// commonest event kind, and a CEL string made once per event saves an allocation per read.
+type fileView struct {
+	o    *event.Open
+	path ref.Val
+}
+
+func (f *fileView) pathVal() ref.Val {
+	if f.path == nil {
+		f.path = types.String(f.o.Path)
+	}
+	return f.path
+}
+
+// kindVals are the kinds as CEL strings, made once.
+var kindVals = func() map[event.Kind]ref.Val {
+	m := map[event.Kind]ref.Val{}
+	for _, k := range event.Kinds {
+		m[k] = types.String(k)
+	}
+	return m
+}()
 
 func (a *activation) Parent() interpreter.Activation { return nil }
 
@@ -190,6 +219,9 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case "call", "proc":
 		return ev, true
 	case "kind":
+		if v, ok := kindVals[ev.Kind]; ok {
+			return v, true
+		}
 		return types.String(ev.Kind), true
 	case "exec":
 		if ev.Exec != nil {
@@ -197,10 +229,14 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return &zeroExec, true
 	case "file":
-		if ev.Open != nil {
-			return ev.Open, true
+		o := ev.Open
+		if o == nil {
+			o = &zeroOpen
 		}
-		return &zeroOpen, true
+		if a.fv.o != o {
+			a.fv = fileView{o: o}
+		}
+		return &a.fv, true
 	case "syscall":
 		if ev.Syscall != nil {
 			return ev.Syscall, true

@@ -115,6 +115,7 @@ type Exec struct {
 	Setuid    bool     `json:"setuid,omitempty"`    // the file has the setuid or setgid bit
 	Deleted   bool     `json:"deleted,omitempty"`   // the file had no links (deleted, or a memfd)
 	ExeName   string   `json:"exe_name,omitempty"`  // dentry name; "memfd:..." for a memfd
+	ExePath   string   `json:"exe_path,omitempty"`  // the kernel's path of the executed file (after symlinks, for an fd too); empty if too long
 	EUID      uint32   `json:"euid"`                // effective uid after the exec
 	ArgsLen   uint32   `json:"args_len,omitempty"`  // argv's whole length in bytes (NUL-separated), recorded or not
 }

@@ -17,7 +17,7 @@ import (
 
 // The tracer's programs (process.bpf.c, syscalls.bpf.c) produce these kinds.
 func init() {
-	wire.RegisterVariable(bpf.WireBermOpBERM_OP_EXEC, tail(bpf.WireBermExec{}, bpf.BermPathMax+bpf.BermArgsMax), decodeExec)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_EXEC, tail(bpf.WireBermExec{}, bpf.BermPathMax+bpf.BermExePathMax+bpf.BermArgsMax), decodeExec)
 	wire.Register(bpf.WireBermOpBERM_OP_FORK, decodeFork)
 	wire.Register(bpf.WireBermOpBERM_OP_EXIT, decodeExit)
 	wire.RegisterVariable(bpf.WireBermOpBERM_OP_OPEN, tail(bpf.WireBermOpen{}, 2*bpf.BermPathMax), decodeOpen)
@@ -31,7 +31,7 @@ func tail[T any](v T, n uintptr) uintptr { return unsafe.Sizeof(v) + n }
 
 func decodeExec(e *bpf.WireBermExec, b []byte, ev *event.Event) error {
 	t := wire.NewTail(b)
-	filename, args := t.Next(e.Filename), t.Next(e.Args)
+	filename, exePath, args := t.Next(e.Filename), t.Next(e.ExePath), t.Next(e.Args)
 	ev.Kind = event.KindExec
 	ev.Exec = &event.Exec{
 		Filename:  filename.S,
@@ -43,6 +43,10 @@ func decodeExec(e *bpf.WireBermExec, b []byte, ev *event.Event) error {
 		Deleted:   e.ExeNlink == 0,
 		ExeName:   wire.CString(e.ExeName[:]),
 		EUID:      e.Euid,
+	}
+	// a cut path would name another file: only a whole one is kept
+	if !exePath.Truncated {
+		ev.Exec.ExePath = exePath.S
 	}
 	return t.Err()
 }

@@ -14,6 +14,7 @@
 #define BERM_PATH_LEN 256     /* fixed path fields (LSM denials) */
 #define BERM_PATH_MAX 4096    /* paths in variable records: PATH_MAX, the kernel refuses longer */
 #define BERM_ARGS_MAX 8192    /* argv bytes an exec record carries */
+#define BERM_EXE_PATH_MAX 1024 /* bytes of the executed file's kernel path an exec record carries */
 #define BERM_COMM_LEN 16
 
 enum berm_op {
@@ -85,6 +86,7 @@ struct berm_exec {
 	__u32 pad;
 	char exe_name[64]; /* dentry name of the executed file ("memfd:x" for memfds) */
 	struct berm_str filename; /* as passed to execve */
+	struct berm_str exe_path; /* the kernel's path of the executed file (dentry walk), at most BERM_EXE_PATH_MAX - 1 bytes */
 	struct berm_str args;     /* NUL-separated argv */
 };
 

@@ -125,8 +125,19 @@ static long berm_walk_step(__u64 i, void *ctx)
  * The path of (mnt, d) as task sees it, into dst (BERM_PATH_MAX bytes of room); returns the
  * bytes written and the whole path's length in *full (BERM_LEN_UNKNOWN: deeper than the walk).
  */
+static __always_inline __u32 berm_walk_path_max(char *dst, struct vfsmount *mnt, struct dentry *d,
+						struct task_struct *task, __u32 *full, __u32 max);
+
 static __always_inline __u32 berm_walk_path(char *dst, struct vfsmount *mnt, struct dentry *d,
 					    struct task_struct *task, __u32 *full)
+{
+	return berm_walk_path_max(dst, mnt, d, task, full, BERM_PATH_MAX);
+}
+
+/* berm_walk_path writing at most max - 1 bytes (max a power of two <= BERM_PATH_MAX); *full
+ * still says the whole length, so a cut is marked. */
+static __always_inline __u32 berm_walk_path_max(char *dst, struct vfsmount *mnt, struct dentry *d,
+						struct task_struct *task, __u32 *full, __u32 max)
 {
 	__u32 zero = 0;
 	*full = 0;
@@ -148,6 +159,9 @@ static __always_inline __u32 berm_walk_path(char *dst, struct vfsmount *mnt, str
 		w.full = 1;
 	}
 	__u32 len = (WALK_BUF - pos) & (BERM_PATH_MAX - 1);
+	if (len > max - 1)
+		len = max - 1;
+	len &= BERM_PATH_MAX - 1;
 	*full = w.done ? w.full : BERM_LEN_UNKNOWN;
 	if (bpf_probe_read_kernel(dst, len, &b->b[pos & (WALK_BUF - 1)]) < 0)
 		return 0;

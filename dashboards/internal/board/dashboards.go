@@ -163,7 +163,7 @@ func Agent() *Dashboard {
 		[]obj{prom(rate("berm_events_dropped_total", "where"), "{{where}}")}, unit("ops"), nil)
 	d.add("timeseries", "Ring buffer and queue usage", "Bytes waiting in the ring buffer and batches waiting in the agent's queue, as a share of their size.", 8, 8,
 		[]obj{prom("max by (instance) (berm_ringbuf_pending_bytes"+sel+" / berm_ringbuf_size_bytes"+sel+")", "ring {{instance}}"),
-			prom("max by (instance) (berm_queue_batches"+sel+" / berm_queue_capacity_batches"+sel+")", "queue {{instance}}")}, unit("percentunit"), nil)
+			prom("max by (instance) (berm_queue_bytes"+sel+" / berm_queue_capacity_bytes"+sel+")", "queue {{instance}}")}, unit("percentunit"), nil)
 	d.add("timeseries", "Launches warm and cold", "Calls launched per second in a warm sandbox or one started for them.", 8, 8,
 		[]obj{prom("sum(rate(berm_sandbox_launches_warm_total"+sel+"[$__rate_interval]))", "warm"),
 			prom("sum(rate(berm_sandbox_launches_cold_total"+sel+"[$__rate_interval]))", "cold")}, unit("ops"), nil)
