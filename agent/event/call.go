@@ -85,6 +85,8 @@ type CallRecord struct {
 	Leftovers []Leftover `json:"leftovers,omitempty"`
 	// LeftoversTruncated: the scan stopped at its bound, or the list at its cap.
 	LeftoversTruncated bool `json:"leftovers_truncated,omitempty"`
+	// Credentials are the brokered credentials the call received (names and fingerprints).
+	Credentials []CredentialUse `json:"credentials,omitempty"`
 }
 
 // Leftover is one thing found in the workspace after the call.
