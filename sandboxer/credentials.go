@@ -95,7 +95,8 @@ func (l *launch) issueCredentials(reg *secrets.Registry) error {
 		l.env.init.Secrets = append(l.env.init.Secrets, sandboxinit.SecretFile{Path: c.Deliver.File, Data: value})
 		if l.env.init.Landlock != nil {
 			rs := *l.env.init.Landlock
-			rs.Paths = append(append([]landlock.PathRule(nil), rs.Paths...), landlock.PathRule{Path: c.Deliver.File, Access: landlock.ReadFile})
+			rs.Paths = append(append([]landlock.PathRule(nil), rs.Paths...), landlock.PathRule{Path: c.Deliver.File, Access: landlock.ReadFile},
+				landlock.PathRule{Path: filepath.Dir(c.Deliver.File), Access: landlock.ReadDir})
 			l.env.init.Landlock = &rs
 		}
 	}

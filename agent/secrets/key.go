@@ -25,6 +25,9 @@ type Fingerprinter struct{ key []byte }
 
 // LoadKey reads the node's key from dir, making it (32 random bytes, mode 0400) on first use.
 func LoadKey(dir string) (*Fingerprinter, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("fingerprint key: %w", err)
+	}
 	path := filepath.Join(dir, KeyFile)
 	key, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
