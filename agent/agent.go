@@ -327,6 +327,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, err
 	}
+	startLeaks := a.scrubStart(c)
 	if err := a.jw.AppendCallStart(&c.Start); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
@@ -359,6 +360,9 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	}
 	a.m.active.Inc()
 	go a.work(c)
+	for _, l := range startLeaks {
+		a.Emit(c, l)
+	}
 	return c, nil
 }
 

@@ -49,6 +49,27 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 	case ev.Aggregate != nil:
 		s("path", &ev.Aggregate.Object)
 	}
+	return a.leakEvents(c, hits, where, ev)
+}
+
+// scrubStart takes live secrets out of the call's command line before its start is journalled.
+func (a *Agent) scrubStart(c *Call) []event.Event {
+	if !a.secrets.Live() {
+		return nil
+	}
+	var hits []secrets.Hit
+	argv := append([]string(nil), c.Start.Argv...)
+	for i := range argv {
+		out, h := a.secrets.Scrub(argv[i])
+		argv[i], hits = out, append(hits, h...)
+	}
+	c.Start.Argv = argv
+	return a.leakEvents(c, hits, "call argv", &event.Event{})
+}
+
+// leakEvents are the credential events, and for another call's secret the alert naming both
+// calls, of secrets found where ev shows.
+func (a *Agent) leakEvents(c *Call, hits []secrets.Hit, where string, ev *event.Event) []event.Event {
 	var out []event.Event
 	for _, h := range hits {
 		a.m.credentialLeaks.Inc()

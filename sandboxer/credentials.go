@@ -248,12 +248,15 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // forms and the policy's patterns redacted, each first find per credential, form and stream
 // recorded as a leak with a credential alert.
 func (l *launch) redactor(stream string, w io.Writer) io.Writer {
-	var lits []secrets.Literal
+	if w == nil {
+		return nil
+	}
+	var own []secrets.Literal
 	byName := map[string]*issued{}
 	for _, c := range l.creds {
 		byName[c.cred.Name] = c
 		for _, f := range secrets.Forms(c.value) {
-			lits = append(lits, secrets.Literal{Name: c.cred.Name, Form: f})
+			own = append(own, secrets.Literal{Name: c.cred.Name, Form: f})
 		}
 	}
 	var pats []secrets.Pattern
@@ -264,15 +267,27 @@ func (l *launch) redactor(stream string, w io.Writer) io.Writer {
 		}
 		pats = append(pats, sp)
 	}
-	if w == nil {
-		return nil
-	}
-	if len(lits) == 0 && len(pats) == 0 {
+	reg := l.call.Secrets()
+	if len(own) == 0 && len(pats) == 0 && reg == nil {
 		return w
 	}
 	seen := map[string]bool{}
-	return secrets.NewRedactor(w, lits, pats, func(m secrets.Match) {
+	r := secrets.NewRedactor(w, own, pats, func(m secrets.Match) {
 		key := m.Name + "/" + m.Encoding
+		if o := m.Owner; o != nil {
+			key = o.CallKey + "/" + key
+			if !seen[key] {
+				seen[key] = true
+				l.call.Emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
+					Name: m.Name, Action: event.CredentialLeaked, Fingerprint: o.Fingerprint, Result: "redacted", Where: stream, Encoding: m.Encoding,
+					OtherCall: o.CallKey, OtherTenant: o.Tenant}})
+				l.call.Emit(event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "credential-cross-call", Title: "A credential of another call showed in this call",
+					Severity: "critical", Surface: event.SurfaceCredential,
+					Output: fmt.Sprintf("credential %s (fingerprint %s) of call %s (id %s, tenant %s) showed in this call's %s (%s), call %s (tenant %s): redacted",
+						m.Name, o.Fingerprint, o.CallKey, o.CallID, o.Tenant, stream, m.Encoding, l.callKey, l.spec.Tenant)}})
+			}
+			return
+		}
 		if c := byName[m.Name]; m.Secret && c != nil {
 			c.leaks.Add(1)
 			if !seen[key] {
@@ -292,4 +307,16 @@ func (l *launch) redactor(stream string, w io.Writer) io.Writer {
 				Output: fmt.Sprintf("pattern %s matched in %s: redacted in what the caller received", m.Name, stream)}})
 		}
 	})
+	if reg != nil {
+		// The neighbours' live secrets, looked up again whenever the node's set changes.
+		var gen atomic.Uint64
+		gen.Store(^uint64(0))
+		r.Refresh = func(r *secrets.Redactor) {
+			if g := reg.Gen(); g != gen.Load() {
+				gen.Store(g)
+				r.SetLiterals(append(append([]secrets.Literal(nil), own...), reg.Others(l.callKey)...))
+			}
+		}
+	}
+	return r
 }

@@ -15,6 +15,9 @@ func Marker(name string) []byte { return []byte("[berm:redacted:" + name + "]") 
 type Literal struct {
 	Name string
 	Form
+	// Owner is set for another call's secret (the node's registry): finding it is a
+	// cross-call leak.
+	Owner *Owner
 }
 
 // Pattern is a named regular expression to redact; with End, a match opens a block that lasts
@@ -29,6 +32,7 @@ type Match struct {
 	Name     string
 	Encoding string // a secret's form; empty for a pattern
 	Secret   bool   // a delivered secret (Literal), not a pattern
+	Owner    *Owner // another call's secret: the call it was issued to
 }
 
 // Bounds of what the redactor holds back from the caller.
@@ -50,6 +54,8 @@ type Redactor struct {
 	lits    []Literal
 	pats    []Pattern
 	onMatch func(Match)
+	// Refresh, when set, is called before each write (without the lock): it may SetLiterals.
+	Refresh func(*Redactor)
 
 	mu      sync.Mutex
 	held    []byte // tail that may start a literal
@@ -69,8 +75,18 @@ func NewRedactor(w io.Writer, lits []Literal, pats []Pattern, onMatch func(Match
 	return r
 }
 
+// SetLiterals replaces the literals looked for from now on (the node's live secrets changed).
+func (r *Redactor) SetLiterals(lits []Literal) {
+	r.mu.Lock()
+	r.lits = lits
+	r.mu.Unlock()
+}
+
 // Write takes p; what cannot be part of a match any more goes to W.
 func (r *Redactor) Write(p []byte) (int, error) {
+	if r.Refresh != nil {
+		r.Refresh(r)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -112,7 +128,7 @@ func (r *Redactor) run(final bool) {
 		}
 		out = append(out, text[pos:pos+at]...)
 		out = append(out, Marker(r.lits[li].Name)...)
-		r.onMatch(Match{Name: r.lits[li].Name, Encoding: r.lits[li].Encoding, Secret: true})
+		r.onMatch(Match{Name: r.lits[li].Name, Encoding: r.lits[li].Encoding, Secret: true, Owner: r.lits[li].Owner})
 		pos += at + n
 	}
 	tail := text[pos:]

@@ -28,6 +28,27 @@ type Registry struct {
 	mu   sync.RWMutex
 	live map[*entry]bool
 	n    atomic.Int32
+	gen  atomic.Uint64 // changes with every Add and remove
+}
+
+// Gen changes whenever a secret is added or removed.
+func (r *Registry) Gen() uint64 { return r.gen.Load() }
+
+// Others are the forms of every live secret not of call callKey, as literals naming their
+// owner: a call's output is scanned for its neighbours' secrets too.
+func (r *Registry) Others(callKey string) []Literal {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Literal
+	for e := range r.live {
+		if e.CallKey == callKey {
+			continue
+		}
+		for _, f := range e.forms {
+			out = append(out, Literal{Name: e.Name, Form: f, Owner: &e.Owner})
+		}
+	}
+	return out
 }
 
 type entry struct {
@@ -47,6 +68,7 @@ func (r *Registry) Add(o Owner, value []byte) (remove func()) {
 	r.live[e] = true
 	r.mu.Unlock()
 	r.n.Add(1)
+	r.gen.Add(1)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -54,6 +76,7 @@ func (r *Registry) Add(o Owner, value []byte) (remove func()) {
 			delete(r.live, e)
 			r.mu.Unlock()
 			r.n.Add(-1)
+			r.gen.Add(1)
 		})
 	}
 }
