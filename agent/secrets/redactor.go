@@ -25,6 +25,9 @@ type Literal struct {
 type Pattern struct {
 	Name       string
 	Regex, End *regexp.Regexp
+
+	anchors []anchor // literals every match holds (anchor.go)
+	probed  bool
 }
 
 // Match is one redaction.
@@ -51,7 +54,7 @@ const (
 // nothing of a secret passes before its end is seen. Patterns are matched on whole lines.
 type Redactor struct {
 	w       io.Writer
-	lits    []Literal
+	lits    *matcher
 	pats    []Pattern
 	onMatch func(Match)
 	// Refresh, when set, is called before each write (without the lock): it may SetLiterals.
@@ -68,7 +71,11 @@ type Redactor struct {
 // NewRedactor redacts lits and pats from what is written to it, into w; onMatch (called with
 // the redactor's lock held: it must not write to it) hears of each redaction.
 func NewRedactor(w io.Writer, lits []Literal, pats []Pattern, onMatch func(Match)) *Redactor {
-	r := &Redactor{w: w, lits: lits, pats: pats, onMatch: onMatch}
+	pats = append([]Pattern(nil), pats...)
+	for i := range pats {
+		pats[i].anchors, pats[i].probed = anchorsOf(pats[i].Regex.String()), true
+	}
+	r := &Redactor{w: w, lits: newMatcher(lits), pats: pats, onMatch: onMatch}
 	if onMatch == nil {
 		r.onMatch = func(Match) {}
 	}
@@ -77,8 +84,9 @@ func NewRedactor(w io.Writer, lits []Literal, pats []Pattern, onMatch func(Match
 
 // SetLiterals replaces the literals looked for from now on (the node's live secrets changed).
 func (r *Redactor) SetLiterals(lits []Literal) {
+	m := newMatcher(lits)
 	r.mu.Lock()
-	r.lits = lits
+	r.lits = m
 	r.mu.Unlock()
 }
 
@@ -117,43 +125,24 @@ func (r *Redactor) run(final bool) {
 	var out []byte
 	pos := 0
 	for {
-		at, n, li := -1, 0, -1
-		for i, l := range r.lits {
-			if j := bytes.Index(text[pos:], l.Bytes); j >= 0 && (at < 0 || j < at || j == at && len(l.Bytes) > n) {
-				at, n, li = j, len(l.Bytes), i
-			}
-		}
+		at, li := r.lits.next(text, pos)
 		if at < 0 {
 			break
 		}
-		out = append(out, text[pos:pos+at]...)
-		out = append(out, Marker(r.lits[li].Name)...)
-		r.onMatch(Match{Name: r.lits[li].Name, Encoding: r.lits[li].Encoding, Secret: true, Owner: r.lits[li].Owner})
-		pos += at + n
+		l := r.lits.lits[li]
+		out = append(out, text[pos:at]...)
+		out = append(out, Marker(l.Name)...)
+		r.onMatch(Match{Name: l.Name, Encoding: l.Encoding, Secret: true, Owner: l.Owner})
+		pos = at + len(l.Bytes)
 	}
 	tail := text[pos:]
 	hold := 0
 	if !final {
-		hold = r.prefixHold(tail)
+		hold = r.lits.hold(tail)
 	}
 	out = append(out, tail[:len(tail)-hold]...)
 	r.held = append([]byte(nil), tail[len(tail)-hold:]...)
 	r.patterns(out, final)
-}
-
-// prefixHold is the length of the longest tail of b that is a proper prefix of a literal.
-func (r *Redactor) prefixHold(b []byte) int {
-	best := 0
-	for _, l := range r.lits {
-		m := min(len(l.Bytes)-1, len(b))
-		for k := m; k > best; k-- {
-			if bytes.Equal(b[len(b)-k:], l.Bytes[:k]) {
-				best = k
-				break
-			}
-		}
-	}
-	return best
 }
 
 // patterns runs the pattern stage on b (literals already redacted) and writes what is done.
@@ -225,9 +214,10 @@ func (r *Redactor) armIdle() {
 func (r *Redactor) blockStart(b []byte) (*Pattern, []int) {
 	var best *Pattern
 	var bloc []int
+	lower := lowerOnce(b)
 	for i := range r.pats {
 		p := &r.pats[i]
-		if p.End == nil {
+		if p.End == nil || !mayMatch(p.anchors, b, lower) {
 			continue
 		}
 		if loc := p.Regex.FindIndex(b); loc != nil && (bloc == nil || loc[0] < bloc[0]) {
@@ -238,8 +228,9 @@ func (r *Redactor) blockStart(b []byte) (*Pattern, []int) {
 }
 
 func (r *Redactor) redactLine(b []byte) []byte {
+	lower := lowerOnce(b)
 	for _, p := range r.pats {
-		if p.End != nil {
+		if p.End != nil || !mayMatch(p.anchors, b, lower) {
 			continue
 		}
 		b = p.Regex.ReplaceAllFunc(b, func([]byte) []byte {
@@ -253,5 +244,16 @@ func (r *Redactor) redactLine(b []byte) []byte {
 func (r *Redactor) emit(b []byte) {
 	if len(b) > 0 && r.w != nil {
 		_, _ = r.w.Write(b)
+	}
+}
+
+// lowerOnce is b in ASCII lower case, made on first use.
+func lowerOnce(b []byte) func() []byte {
+	var l []byte
+	return func() []byte {
+		if l == nil {
+			l = bytes.ToLower(b)
+		}
+		return l
 	}
 }

@@ -1,8 +1,6 @@
 package secrets
 
 import (
-	"bytes"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -29,6 +27,9 @@ type Registry struct {
 	live map[*entry]bool
 	n    atomic.Int32
 	gen  atomic.Uint64 // changes with every Add and remove
+	// matcher finds every live form at once; made for generation matcherGen (index).
+	matcher    *matcher
+	matcherGen uint64
 }
 
 // Gen changes whenever a secret is added or removed.
@@ -66,17 +67,17 @@ func (r *Registry) Add(o Owner, value []byte) (remove func()) {
 	e := &entry{Owner: o, forms: Forms(value)}
 	r.mu.Lock()
 	r.live[e] = true
-	r.mu.Unlock()
 	r.n.Add(1)
 	r.gen.Add(1)
+	r.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			r.mu.Lock()
 			delete(r.live, e)
-			r.mu.Unlock()
 			r.n.Add(-1)
 			r.gen.Add(1)
+			r.mu.Unlock()
 		})
 	}
 }
@@ -85,21 +86,50 @@ func (r *Registry) Add(o Owner, value []byte) (remove func()) {
 func (r *Registry) Live() bool { return r != nil && r.n.Load() > 0 }
 
 // Scrub returns s with every live secret's form in it replaced by its marker, and what it
-// found. The string is scanned once per form: a handful of live secrets, a few forms each.
+// found: one pass over s whatever the number of live secrets (matcher).
 func (r *Registry) Scrub(s string) (string, []Hit) {
 	if !r.Live() || len(s) < minForm {
 		return s, nil
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
+	m := r.index()
+	text := []byte(s)
+	at, li := m.next(text, 0)
+	if at < 0 {
+		return s, nil
+	}
+	var out []byte
 	var hits []Hit
+	pos := 0
+	for at >= 0 {
+		l := m.lits[li]
+		out = append(append(out, text[pos:at]...), Marker(l.Name)...)
+		hits = append(hits, Hit{Owner: *l.Owner, Encoding: l.Encoding})
+		pos = at + len(l.Bytes)
+		at, li = m.next(text, pos)
+	}
+	return string(append(out, text[pos:]...)), hits
+}
+
+// index is the matcher of every live secret's forms, made again when the set changed.
+func (r *Registry) index() *matcher {
+	g := r.gen.Load()
+	r.mu.RLock()
+	m, mg := r.matcher, r.matcherGen
+	r.mu.RUnlock()
+	if m != nil && mg == g {
+		return m
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.matcher != nil && r.matcherGen == r.gen.Load() {
+		return r.matcher
+	}
+	var lits []Literal
 	for e := range r.live {
 		for _, f := range e.forms {
-			if strings.Contains(s, string(f.Bytes)) {
-				s = string(bytes.ReplaceAll([]byte(s), f.Bytes, Marker(e.Name)))
-				hits = append(hits, Hit{Owner: e.Owner, Encoding: f.Encoding})
-			}
+			lits = append(lits, Literal{Name: e.Name, Form: f, Owner: &e.Owner})
 		}
 	}
-	return s, hits
+	r.matcher, r.matcherGen = newMatcher(lits), r.gen.Load()
+	return r.matcher
 }

@@ -162,3 +162,24 @@ func TestKey(t *testing.T) {
 		t.Fatal("two nodes' keys give the same fingerprint")
 	}
 }
+
+func TestAnchors(t *testing.T) {
+	for _, tc := range []struct {
+		re   string
+		want []string
+	}{
+		{`\b(AKIA|ASIA)[0-9A-Z]{16}\b`, []string{"KIA", "SIA"}}, // the common A factored out
+		{`(?i)\bbearer[ \t]+[A-Za-z0-9._~+/-]{16,}=*`, []string{"bearer"}},
+		{`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----`, []string{"-----BEGIN "}},
+		{`[a-z]+@[a-z]+`, nil},
+		{`x|[0-9]+`, nil},
+	} {
+		var got []string
+		for _, a := range anchorsOf(tc.re) {
+			got = append(got, string(a.lit))
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: got %q, want %q", tc.re, got, tc.want)
+		}
+	}
+}
