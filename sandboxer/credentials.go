@@ -60,19 +60,12 @@ func sourceName(s policy.CredentialSource) string {
 	return "exec"
 }
 
-// issueCredentials reads or mints each of the call's credentials and hands them to the init's
-// configuration (environment, secret files and their Landlock read rule). A failing source
+// mintCredentials reads or mints each of the call's credentials, before the call begins: the
+// values take themselves out of its command line before that is journalled. A failing source
 // fails the call before its tool starts; the error names the credential, never its value.
-func (l *launch) issueCredentials(reg *secrets.Registry) error {
-	creds := l.spec.Policy.Spec.Credentials
-	if len(creds) == 0 {
-		return nil
-	}
-	if reg == nil {
-		return errors.New("credentials: this launcher has no secret registry")
-	}
-	env := append([]string(nil), l.env.init.Env...)
-	for _, c := range creds {
+// What was minted before a failure is returned too, to be revoked.
+func (l *launch) mintCredentials() error {
+	for _, c := range l.spec.Policy.Spec.Credentials {
 		if f := c.Deliver.File; f != "" {
 			d := filepath.Dir(f)
 			if ws := l.spec.Workspace; d == ws || strings.HasPrefix(d, ws+"/") || strings.HasPrefix(ws, d+"/") || d == "/tmp" || strings.HasPrefix(d, "/tmp/") {
@@ -83,16 +76,57 @@ func (l *launch) issueCredentials(reg *secrets.Registry) error {
 		if err != nil {
 			return fmt.Errorf("credential %s: %w", c.Name, err)
 		}
-		is := &issued{cred: c, value: value, fp: reg.FP.Of(value)}
-		is.remove = reg.Add(secrets.Owner{CallKey: l.callKey, CallID: l.spec.CallID, Tenant: l.spec.Tenant, Name: c.Name, Fingerprint: is.fp}, value)
-		l.creds = append(l.creds, is)
-		l.call.Emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
+		l.creds = append(l.creds, &issued{cred: c, value: value})
+	}
+	return nil
+}
+
+// scrubArgv is argv with the call's own secrets (any form) redacted, and the names found.
+func (l *launch) scrubArgv(argv []string) ([]string, []secrets.Literal) {
+	var lits []secrets.Literal
+	for _, c := range l.creds {
+		for _, f := range secrets.Forms(c.value) {
+			lits = append(lits, secrets.Literal{Name: c.cred.Name, Form: f})
+		}
+	}
+	if len(lits) == 0 {
+		return argv, nil
+	}
+	out := make([]string, len(argv))
+	var found []secrets.Literal
+	for i, a := range argv {
+		var f []secrets.Literal
+		out[i], f = secrets.RedactString(a, lits)
+		found = append(found, f...)
+	}
+	return out, found
+}
+
+// issueCredentials registers the minted credentials with the node (fingerprinted, live until
+// the call's record is written) and hands them to the init's configuration: environment,
+// secret files and their Landlock read rule. argvLeaks are those found in the call's command
+// line.
+func (l *launch) issueCredentials(reg *secrets.Registry, argvLeaks []secrets.Literal) error {
+	if len(l.creds) == 0 {
+		return nil
+	}
+	if reg == nil {
+		return errors.New("credentials: this launcher has no secret registry")
+	}
+	env := append([]string(nil), l.env.init.Env...)
+	byName := map[string]*issued{}
+	for _, is := range l.creds {
+		c := is.cred
+		byName[c.Name] = is
+		is.fp = reg.FP.Of(is.value)
+		is.remove = reg.Add(secrets.Owner{CallKey: l.callKey, CallID: l.spec.CallID, Tenant: l.spec.Tenant, Name: c.Name, Fingerprint: is.fp}, is.value)
+		l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 			Name: c.Name, Action: event.CredentialIssued, Fingerprint: is.fp, Source: sourceName(c.Source), Delivery: is.delivery()}})
 		if c.Deliver.Env != "" {
-			env = append(env, c.Deliver.Env+"="+string(value))
+			env = append(env, c.Deliver.Env+"="+string(is.value))
 			continue
 		}
-		l.env.init.Secrets = append(l.env.init.Secrets, sandboxinit.SecretFile{Path: c.Deliver.File, Data: value})
+		l.env.init.Secrets = append(l.env.init.Secrets, sandboxinit.SecretFile{Path: c.Deliver.File, Data: is.value})
 		if l.env.init.Landlock != nil {
 			rs := *l.env.init.Landlock
 			rs.Paths = append(append([]landlock.PathRule(nil), rs.Paths...), landlock.PathRule{Path: c.Deliver.File, Access: landlock.ReadFile},
@@ -100,8 +134,22 @@ func (l *launch) issueCredentials(reg *secrets.Registry) error {
 			l.env.init.Landlock = &rs
 		}
 	}
+	for _, f := range argvLeaks {
+		if is := byName[f.Name]; is != nil {
+			is.leaks.Add(1)
+			l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
+				Name: f.Name, Action: event.CredentialLeaked, Fingerprint: is.fp, Delivery: is.delivery(), Result: "redacted", Where: "call argv", Encoding: f.Encoding}})
+		}
+	}
 	l.env.init.Env = env
 	return nil
+}
+
+// emit adds an event to the call's trail (none before the call began).
+func (l *launch) emit(ev event.Event) {
+	if l.call != nil {
+		l.call.Emit(ev)
+	}
 }
 
 // delivered records that the init took the call's configuration with its credentials.
@@ -125,8 +173,9 @@ func (l *launch) expire(c *issued, initPID int) {
 	l.revoke(c, "ttl")
 }
 
-// revokeCredentials runs at the call's end, whatever ended it: every credential is revoked
-// and leaves the node's registry.
+// revokeCredentials runs at the call's end, whatever ended it: every credential is revoked.
+// They stay in the node's registry until the record is written (forgetCredentials): the
+// call's last events are scrubbed as they drain.
 func (l *launch) revokeCredentials() []event.CredentialUse {
 	var uses []event.CredentialUse
 	for _, c := range l.creds {
@@ -134,12 +183,21 @@ func (l *launch) revokeCredentials() []event.CredentialUse {
 			c.expiry.Stop()
 		}
 		l.revoke(c, "call end")
-		c.remove()
 		c.mu.Lock()
 		uses = append(uses, event.CredentialUse{Name: c.cred.Name, Fingerprint: c.fp, Delivery: c.delivery(), Revoked: c.revoked, Leaks: c.leaks.Load()})
 		c.mu.Unlock()
 	}
 	return uses
+}
+
+// forgetCredentials takes the call's secrets out of the node's registry and berm's memory.
+func (l *launch) forgetCredentials() {
+	for _, c := range l.creds {
+		if c.remove != nil {
+			c.remove()
+		}
+		clear(c.value)
+	}
 }
 
 func (l *launch) revoke(c *issued, why string) {
@@ -159,7 +217,7 @@ func (l *launch) revoke(c *issued, why string) {
 		}
 		c.revoked = result
 	}
-	l.call.Emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
+	l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 		Name: c.cred.Name, Action: event.CredentialRevoked, Fingerprint: c.fp, Delivery: c.delivery(), Result: result, Where: why}})
 }
 

@@ -194,17 +194,28 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
+	// Credentials are minted before the call begins: their values take themselves out of its
+	// command line before that is journalled.
+	l := &launch{spec: spec, cg: sb.cg, env: env, quota: quota}
+	mintErr := l.mintCredentials()
+	defer l.forgetCredentials()
+	var argvLeaks []secrets.Literal
+	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
 		EventBudget: env.compiled.EventBudget,
 	})
 	if err != nil {
+		l.revokeCredentials()
 		return nil, err
 	}
-	l := &launch{spec: spec, cg: sb.cg, call: call, env: env, quota: quota, callKey: call.Key()}
+	l.call, l.callKey = call, call.Key()
 	var res agent.Result
-	if err := l.issueCredentials(call.Secrets()); err != nil {
+	if mintErr == nil {
+		mintErr = l.issueCredentials(call.Secrets(), argvLeaks)
+	}
+	if err := mintErr; err != nil {
 		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
 		_ = l.cg.KillAndWait(5 * time.Second)
 		res = agent.Result{Limits: spec.Limits, Reason: event.EndSetupFailed, Detail: err.Error(), ExitStatus: 125}

@@ -133,3 +133,24 @@ func (r *Registry) index() *matcher {
 	r.matcher, r.matcherGen = newMatcher(lits), r.gen.Load()
 	return r.matcher
 }
+
+// RedactString is s with every literal in it replaced by its marker, and those found.
+func RedactString(s string, lits []Literal) (string, []Literal) {
+	m := newMatcher(lits)
+	text := []byte(s)
+	at, li := m.next(text, 0)
+	if at < 0 {
+		return s, nil
+	}
+	var out []byte
+	var found []Literal
+	pos := 0
+	for at >= 0 {
+		l := m.lits[li]
+		out = append(append(out, text[pos:at]...), Marker(l.Name)...)
+		found = append(found, l)
+		pos = at + len(l.Bytes)
+		at, li = m.next(text, pos)
+	}
+	return string(append(out, text[pos:]...)), found
+}
