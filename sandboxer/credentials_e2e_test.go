@@ -120,6 +120,18 @@ func TestCredentialsReachOnlyTheirCall(t *testing.T) {
 		"sh", "-c", `test "$(cat /run/secrets/db)" = "$(printf '%s' "$UP_TOKEN" | head -c0)$(cat /run/secrets/db)" && [ -n "$UP_TOKEN" ] && touch ready;
 while [ ! -e go ]; do sleep 0.05; done; stat -c '%a %u' /run/secrets/db`)
 	waitFile(t, filepath.Join(wsA, "ready"))
+	// The file is in the call's mount namespace, and only there: the host sees it through the
+	// call's own process, not at its path, and no other namespace has its tmpfs.
+	pid := callProcess(t, "holder", "sh")
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/run/secrets/db", pid)); err != nil || string(data) != fileSecret {
+		t.Fatalf("the holder's file, seen from the host through its root: %q %v", data, err)
+	}
+	if _, err := os.Stat("/run/secrets/db"); err == nil {
+		t.Fatal("the delivery file exists on the host")
+	}
+	if n := secretMounts(t); n != 1 {
+		t.Fatalf("%d mount namespaces show a berm-secrets tmpfs while one call holds one", n)
+	}
 
 	// The neighbour knows the path and looks everywhere its /proc shows.
 	b := bermbin.Berm(t, nil, "run", "--state-dir", state, "--no-rules", "--tenant", "beta", "--call-id", "neighbour", "--workspace", wsB, "--",
@@ -141,8 +153,8 @@ while [ ! -e go ]; do sleep 0.05; done; stat -c '%a %u' /run/secrets/db`)
 	if a.Exit != 0 || strings.TrimSpace(a.Stdout) != "400 1000" {
 		t.Fatalf("holder: exit %d, stdout %q (want the file 0400 and the tool's own uid), stderr %s", a.Exit, a.Stdout, a.Stderr)
 	}
-	if _, err := os.Stat("/run/secrets/db"); err == nil {
-		t.Fatal("the delivery file exists on the host")
+	if n := secretMounts(t); n != 0 {
+		t.Fatalf("the call's secrets tmpfs outlived it (%d mount namespaces show one)", n)
 	}
 	rec := readRecord(t, summary)
 	if len(rec.Credentials) != 2 || rec.Credentials[0].Name != "db" || rec.Credentials[0].Revoked != "ok" || len(rec.Credentials[0].Fingerprint) != 32 {
@@ -292,5 +304,50 @@ func TestCredentialRevokedWhenACapKillsTheCall(t *testing.T) {
 	want := "mint capped t1 slow 90\nrevoke capped " + rec.Credentials[0].Fingerprint + " minted\n"
 	if string(got) != want {
 		t.Fatalf("broker log:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// secretMounts counts the mount namespaces on the host with a berm-secrets tmpfs.
+func secretMounts(t *testing.T) int {
+	t.Helper()
+	seen := map[string]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		ns, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		if mi, err := os.ReadFile("/proc/" + e.Name() + "/mountinfo"); err == nil && strings.Contains(string(mi), " berm-secrets ") {
+			seen[ns] = true
+		}
+	}
+	return len(seen)
+}
+
+// Past its ttl a credential's file is gone from the running call and its revoke has run.
+func TestCredentialExpiresAtItsTTL(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	src := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(src, []byte(newSecret(t)), 0o600)
+	log := filepath.Join(t.TempDir(), "revoke.log")
+	revoke := writeScript(t, `echo "revoked $BERM_SECRET_FINGERPRINT" >> `+log+"\n")
+	pol := credPolicy(t, fmt.Sprintf("  credentials:\n    - {name: short, source: {file: %s}, deliver: {file: /run/secrets/short}, revoke: {exec: [%s]}, ttl: 1s}\n", src, revoke))
+	summary := filepath.Join(t.TempDir(), "s.json")
+	r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--no-rules", "--policy", pol, "--call-id", "ttl", "--summary", summary, "--workspace", ws, "--",
+		"sh", "-c", "test -s /run/secrets/short && echo present; while [ -e /run/secrets/short ]; do sleep 0.1; done; echo gone")
+	if r.Stdout != "present\ngone\n" {
+		t.Fatalf("stdout %q, stderr %s", r.Stdout, r.Stderr)
+	}
+	rec := readRecord(t, summary)
+	got, _ := os.ReadFile(log)
+	if len(rec.Credentials) != 1 || string(got) != "revoked "+rec.Credentials[0].Fingerprint+"\n" {
+		t.Fatalf("record %+v, revoke log %q", rec.Credentials, got)
+	}
+	tl := bermbin.Timeline(t, state, "ttl")
+	for _, e := range tl.Events {
+		if e.Credential != nil && e.Credential.Action == event.CredentialRevoked && e.Credential.Where != "ttl" {
+			t.Errorf("revoked at %q, want ttl", e.Credential.Where)
+		}
 	}
 }
