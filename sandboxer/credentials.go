@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,9 @@ func (l *launch) issueCredentials(reg *secrets.Registry, argvLeaks []secrets.Lit
 		l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 			Name: c.Name, Action: event.CredentialIssued, Fingerprint: is.fp, Source: sourceName(c.Source), Delivery: is.delivery()}})
 		if c.Deliver.Env != "" {
+			// The broker's value is the one the tool sees: a caller's variable of the same
+			// name goes (with two, getenv would return the first).
+			env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, c.Deliver.Env+"=") })
 			env = append(env, c.Deliver.Env+"="+string(is.value))
 			continue
 		}

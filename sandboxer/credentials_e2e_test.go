@@ -116,8 +116,9 @@ func TestCredentialsReachOnlyTheirCall(t *testing.T) {
       deliver: {env: UP_TOKEN}
 `, src, revoke))
 	summary := filepath.Join(t.TempDir(), "a.json")
-	waitA := background(t, state, "--policy", pol, "--tenant", "alpha", "--call-id", "holder", "--summary", summary, "--workspace", wsA, "--",
-		"sh", "-c", `test "$(cat /run/secrets/db)" = "$(printf '%s' "$UP_TOKEN" | head -c0)$(cat /run/secrets/db)" && [ -n "$UP_TOKEN" ] && touch ready;
+	// The caller passes a variable of the delivered name: the broker's value wins.
+	waitA := background(t, state, "--env", "UP_TOKEN=caller-forged", "--policy", pol, "--tenant", "alpha", "--call-id", "holder", "--summary", summary, "--workspace", wsA, "--",
+		"sh", "-c", `[ -s /run/secrets/db ] && [ "$UP_TOKEN" = "$(cat /proc/self/environ | tr '\0' '\n' | grep ^UP_TOKEN= | head -1 | cut -d= -f2-)" ] && [ "$UP_TOKEN" != caller-forged ] && touch ready;
 while [ ! -e go ]; do sleep 0.05; done; stat -c '%a %u' /run/secrets/db`)
 	waitFile(t, filepath.Join(wsA, "ready"))
 	// The file is in the call's mount namespace, and only there: the host sees it through the
