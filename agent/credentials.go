@@ -30,9 +30,13 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 			*p, hits, where = out, append(hits, h...), w
 		}
 	}
+	s("process name", &ev.Comm)
+	s("path", &ev.Exe)
+	s("path", &ev.ParentExe)
 	switch {
 	case ev.Exec != nil:
 		s("exec filename", &ev.Exec.Filename)
+		s("exec filename", &ev.Exec.ExeName)
 		for i := range ev.Exec.Argv {
 			s("exec argv", &ev.Exec.Argv[i])
 		}
