@@ -25,6 +25,7 @@ import (
 	"github.com/bermsec/berm/agent/lsm"
 	"github.com/bermsec/berm/agent/netguard"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/secrets"
 	"github.com/bermsec/berm/agent/tracer"
 )
 
@@ -92,6 +93,8 @@ type Agent struct {
 	barriers  []barrierReq
 
 	rules atomic.Pointer[Evaluator]
+
+	secrets *secrets.Registry // live brokered secrets, by call (credentials.go)
 }
 
 // New loads the tracer, opens the journal and starts the pipeline.
@@ -112,6 +115,11 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Rules != nil {
 		a.rules.Store(&cfg.Rules)
 	}
+	fp, err := secrets.LoadKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	a.secrets = secrets.NewRegistry(fp)
 	a.jw, err = journal.OpenWriter(filepath.Join(cfg.StateDir, "journal"))
 	if err != nil {
 		return nil, err
@@ -320,6 +328,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, err
 	}
+	startLeaks := a.scrubStart(c)
 	if err := a.jw.AppendCallStart(&c.Start); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
@@ -356,6 +365,9 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 	}
 	a.m.active.Inc()
 	go a.work(c)
+	for _, l := range startLeaks {
+		a.Emit(c, l)
+	}
 	return c, nil
 }
 
@@ -439,6 +451,8 @@ type Result struct {
 	// Leftovers: what the launcher found (and did) in the workspace after the call.
 	Leftovers          []event.Leftover
 	LeftoversTruncated bool
+	// Credentials: the brokered credentials the call received (names, fingerprints, revokes).
+	Credentials []event.CredentialUse
 }
 
 // BarrierTimeout bounds how long End waits for the call's own events to go through its
@@ -549,7 +563,7 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
 		Syscalls: map[string]uint64{}, Denials: denials,
-		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated,
+		Leftovers: res.Leftovers, LeftoversTruncated: res.LeftoversTruncated, Credentials: res.Credentials,
 	}
 	var errs []error
 	counts, err := a.tr.TakeSyscallCounts(c.slot)
@@ -627,7 +641,11 @@ func (a *Agent) append(c *Call, ev event.Event) {
 	if setup {
 		ev.Phase = event.PhaseSetup
 	}
+	leaks := a.scrub(c, &ev)
 	a.record(c, &ev)
+	for _, l := range leaks {
+		a.append(c, l)
+	}
 	if setup {
 		return
 	}

@@ -15,6 +15,8 @@ type metrics struct {
 	orphans     prometheus.Counter
 	journalErrs prometheus.Counter
 	lingering   prometheus.Gauge
+	// credentialLeaks: live secrets found in the trail's strings (scrubbed before recording).
+	credentialLeaks prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64) *metrics {
@@ -46,11 +48,14 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 		lingering: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "berm_calls_lingering", Help: "Ended calls whose processes survived every kill: still registered and judged until their cgroup is empty.",
 		}),
+		credentialLeaks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berm_credential_trail_leaks_total", Help: "Brokered secrets found in events' arguments, paths or addresses (redacted before recording).",
+		}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs, m.lingering,
+	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs, m.lingering, m.credentialLeaks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_ringbuf_pending_bytes", Help: "Bytes waiting in the event ring buffer.",
 		}, ring),

@@ -12,22 +12,23 @@ import (
 // parts are the kind-specific parts of an event, stored as one JSON object in the detail
 // column: {"open":{...}}. Only set parts are written, so any combination round-trips.
 type parts struct {
-	Exec      *event.Exec      `json:"exec,omitempty"`
-	Fork      *event.Fork      `json:"fork,omitempty"`
-	Exit      *event.Exit      `json:"exit,omitempty"`
-	Open      *event.Open      `json:"open,omitempty"`
-	Connect   *event.Connect   `json:"connect,omitempty"`
-	Syscall   *event.Syscall   `json:"syscall,omitempty"`
-	Denial    *event.Denial    `json:"denial,omitempty"`
-	Alert     *event.Alert     `json:"alert,omitempty"`
-	Drop      *event.Drop      `json:"drop,omitempty"`
-	Limit     *event.Limit     `json:"limit,omitempty"`
-	Reload    *event.Reload    `json:"reload,omitempty"`
-	Aggregate *event.Aggregate `json:"aggregate,omitempty"`
+	Exec       *event.Exec       `json:"exec,omitempty"`
+	Fork       *event.Fork       `json:"fork,omitempty"`
+	Exit       *event.Exit       `json:"exit,omitempty"`
+	Open       *event.Open       `json:"open,omitempty"`
+	Connect    *event.Connect    `json:"connect,omitempty"`
+	Syscall    *event.Syscall    `json:"syscall,omitempty"`
+	Denial     *event.Denial     `json:"denial,omitempty"`
+	Alert      *event.Alert      `json:"alert,omitempty"`
+	Drop       *event.Drop       `json:"drop,omitempty"`
+	Limit      *event.Limit      `json:"limit,omitempty"`
+	Reload     *event.Reload     `json:"reload,omitempty"`
+	Aggregate  *event.Aggregate  `json:"aggregate,omitempty"`
+	Credential *event.Credential `json:"credential,omitempty"`
 }
 
 func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Aggregate}
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Aggregate, e.Credential}
 }
 
 func (p parts) setOn(e *event.Event) {
@@ -43,6 +44,7 @@ func (p parts) setOn(e *event.Event) {
 	e.Limit = p.Limit
 	e.Reload = p.Reload
 	e.Aggregate = p.Aggregate
+	e.Credential = p.Credential
 }
 
 // eventRow is an event as the events table (and, for a part with a table of its own, that
@@ -123,6 +125,9 @@ func rowOf(e *event.Event, detail string) eventRow {
 		r.path = e.Denial.Object
 	case e.Alert != nil:
 		r.rule = e.Alert.RuleID
+	case e.Credential != nil:
+		r.rule = e.Credential.Name
+		r.path = e.Credential.Fingerprint
 	}
 	if e.Kind == event.KindAlert {
 		r.alert = e.Alert

@@ -7,17 +7,18 @@ import "github.com/bermsec/berm/agent/event"
 // scanParts holds the parts of the event being scanned (but those with a table of their
 // own, which their rows keep), so that scanning allocates nothing per event.
 type scanParts struct {
-	exec      event.Exec
-	fork      event.Fork
-	exit      event.Exit
-	open      event.Open
-	connect   event.Connect
-	syscall   event.Syscall
-	denial    event.Denial
-	drop      event.Drop
-	limit     event.Limit
-	reload    event.Reload
-	aggregate event.Aggregate
+	exec       event.Exec
+	fork       event.Fork
+	exit       event.Exit
+	open       event.Open
+	connect    event.Connect
+	syscall    event.Syscall
+	denial     event.Denial
+	drop       event.Drop
+	limit      event.Limit
+	reload     event.Reload
+	aggregate  event.Aggregate
+	credential event.Credential
 }
 
 // event reads one event into e; the row's detail is, for now, the text of its parts with the
@@ -117,6 +118,10 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	if sc.has(`,"aggregate":`) {
 		e.Aggregate = &p.aggregate
 		sc.aggregate(e.Aggregate)
+	}
+	if sc.has(`,"credential":`) {
+		e.Credential = &p.credential
+		sc.credential(e.Credential)
 	}
 	to := sc.i
 	sc.expect('}')
@@ -367,5 +372,37 @@ func (sc *scanner) aggregate(x *event.Aggregate) {
 	x.First = sc.uint64()
 	sc.need(`,"last_seq":`)
 	x.Last = sc.uint64()
+	sc.expect('}')
+}
+
+func (sc *scanner) credential(x *event.Credential) {
+	*x = event.Credential{}
+	sc.need(`{"name":`)
+	x.Name = sc.str()
+	sc.need(`,"action":`)
+	x.Action = sc.str()
+	sc.need(`,"fingerprint":`)
+	x.Fingerprint = sc.str()
+	if sc.has(`,"source":`) {
+		x.Source = sc.nonEmpty()
+	}
+	if sc.has(`,"delivery":`) {
+		x.Delivery = sc.nonEmpty()
+	}
+	if sc.has(`,"result":`) {
+		x.Result = sc.nonEmpty()
+	}
+	if sc.has(`,"where":`) {
+		x.Where = sc.nonEmpty()
+	}
+	if sc.has(`,"encoding":`) {
+		x.Encoding = sc.nonEmpty()
+	}
+	if sc.has(`,"other_call":`) {
+		x.OtherCall = sc.nonEmpty()
+	}
+	if sc.has(`,"other_tenant":`) {
+		x.OtherTenant = sc.nonEmpty()
+	}
 	sc.expect('}')
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/secrets"
 )
 
 // Recorder traces calls: the agent loaded in this process (the embedded default, or bermd's).
@@ -19,6 +20,10 @@ type CallRecorder interface {
 	End(res agent.Result) (*event.CallRecord, error)
 	// Release unregisters a call End left registered (Result.Populated) once it is empty.
 	Release() error
+	// Key is the call's identity (event.CallStart.CallKey), assigned when it began.
+	Key() string
+	// Secrets is the node's registry of live brokered secrets and its fingerprint key.
+	Secrets() *secrets.Registry
 }
 
 // Local records with an in-process agent.
@@ -41,5 +46,8 @@ func (l localCall) Emit(ev event.Event)                             { l.a.Emit(l
 func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a.End(l.c, res) }
 
 func (l localCall) Release() error { return l.a.Release(l.c) }
+
+func (l localCall) Key() string                { return l.c.Start.CallKey }
+func (l localCall) Secrets() *secrets.Registry { return l.a.Secrets() }
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

@@ -26,6 +26,7 @@ import (
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/secrets"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
@@ -193,16 +194,37 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
+	// Credentials are minted before the call begins: their values take themselves out of its
+	// command line before that is journalled.
+	l := &launch{spec: spec, cg: sb.cg, env: env, quota: quota}
+	mintErr := l.mintCredentials()
+	defer l.forgetCredentials()
+	var argvLeaks []secrets.Literal
+	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
 		EventBudget: env.compiled.EventBudget,
 	})
 	if err != nil {
+		l.revokeCredentials()
 		return nil, err
 	}
-	l := &launch{spec: spec, cg: sb.cg, call: call, env: env, quota: quota}
-	res := l.run(sb, ws)
+	l.call, l.callKey = call, call.Key()
+	var res agent.Result
+	if mintErr == nil {
+		mintErr = l.issueCredentials(call.Secrets(), argvLeaks)
+	}
+	if err := mintErr; err != nil {
+		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
+		_ = l.cg.KillAndWait(5 * time.Second)
+		res = agent.Result{Limits: spec.Limits, Reason: event.EndSetupFailed, Detail: err.Error(), ExitStatus: 125}
+	} else {
+		res = l.run(sb, ws)
+	}
+	// Whatever ended the call (a cap, a kill, the caller gone), its credentials are revoked
+	// now, before its record is written.
+	res.Credentials = l.revokeCredentials()
 	record, err := call.End(res)
 	if res.Populated {
 		go lingerUntilEmpty(call, l.cg)
@@ -251,6 +273,9 @@ type launch struct {
 	env  *callEnv
 	// quota is the call's disk budget and leftover scan on its workspace.
 	quota *callQuota
+	// creds are the call's brokered credentials (credentials.go); callKey names the call.
+	creds   []*issued
+	callKey string
 
 	mu     sync.Mutex
 	reason event.EndReason // first cap or interruption that ended the call
@@ -288,8 +313,8 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	copiers.Add(2)
 	out, errR := sb.out, sb.errR
 	sb.out, sb.errR = nil, nil // the copiers close them
-	go l.copyOutput(&copiers, out, spec.Stdout)
-	go l.copyOutput(&copiers, errR, spec.Stderr)
+	go l.copyOutput(&copiers, out, l.redactor("stdout", spec.Stdout))
+	go l.copyOutput(&copiers, errR, l.redactor("stderr", spec.Stderr))
 	cmd := sb.cmd
 	// abort ends a call whose init started but could not be set up.
 	abort := func(err error) agent.Result {
@@ -323,7 +348,7 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 			echo = spec.Stderr
 		}
 		copiers.Add(1)
-		go l.copyOutput(&copiers, term.out, echo)
+		go l.copyOutput(&copiers, term.out, l.redactor("terminal", echo))
 		stdin = term.pty
 	}
 	err = sb.configure(&l.env.init, stdin, ws, term.config(&l.env.init, spec.Terminal)...)
@@ -331,6 +356,7 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	if err != nil {
 		return abort(err)
 	}
+	l.delivered(cmd.Process.Pid)
 
 	done := make(chan struct{})
 	watched := make(chan struct{})
@@ -418,6 +444,10 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 func (l *launch) copyOutput(wg *sync.WaitGroup, r *os.File, w io.Writer) {
 	defer wg.Done()
 	defer r.Close()
+	if rd, ok := w.(*secrets.Redactor); ok {
+		// What it held back (a tail that could have started a secret) goes at the end.
+		defer rd.Close()
+	}
 	buf := make([]byte, 32<<10)
 	limit := l.spec.Limits.OutputBytes
 	for {

@@ -193,6 +193,8 @@ func Describe(e *event.Event) string {
 			d += ": " + Safe(r.Detail)
 		}
 		return d
+	case e.Credential != nil:
+		return credentialDetail(e.Credential)
 	}
 	return ""
 }

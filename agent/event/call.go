@@ -89,6 +89,8 @@ type CallRecord struct {
 	// Surfaces order (policy.SurfaceStates computes them). ClickHouse holds them as parallel
 	// arrays (surfaces, surface_states, surface_layers, surface_violations), mapped by hand.
 	Surfaces []SurfaceState `json:"surfaces,omitempty" ch:"-"`
+	// Credentials are the brokered credentials the call received (names and fingerprints).
+	Credentials []CredentialUse `json:"credentials,omitempty"`
 }
 
 // SurfaceState is how one surface stood for a call.

@@ -29,7 +29,7 @@ const (
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindAggregate}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindAggregate, KindCredential}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
@@ -79,6 +79,8 @@ type Event struct {
 	Reload  *Reload  `json:"reload,omitempty"`
 
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
+
+	Credential *Credential `json:"credential,omitempty"`
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.

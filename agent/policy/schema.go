@@ -82,10 +82,11 @@ func (d *decoder) spec(n *yaml.Node, field string, s *Spec) {
 				"eventBudget": func(n *yaml.Node, f string) { d.count(n, f, &s.Observability.EventBudget) },
 			}, d.required("eventBudget")...)
 		},
-		// Room for later issues: named now so a file using them gets a clear answer.
-		"credentials": func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
-		"approvals":   func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
-	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls", "observability")...)
+		"credentials": func(n *yaml.Node, f string) { list(d, n, f, &s.Credentials, d.credential) },
+		"output":      func(n *yaml.Node, f string) { d.output(n, f, &s.Output) },
+		// Room for later issues: named now so a file using it gets a clear answer.
+		"approvals": func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
+	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls", "observability", "output")...)
 }
 
 func (d *decoder) resources(n *yaml.Node, field string, r *Resources) {
@@ -253,4 +254,5 @@ func (d *decoder) crossCheck(root *yaml.Node, p *Policy) {
 			seen[s] = true
 		}
 	}
+	d.checkCredentials(p)
 }

@@ -45,5 +45,11 @@ func cloneSpec(s Spec) Spec {
 	c.Syscalls.Deny = slices.Clone(s.Syscalls.Deny)
 	c.Syscalls.Allow = slices.Clone(s.Syscalls.Allow)
 	c.Syscalls.Fatal = slices.Clone(s.Syscalls.Fatal)
+	c.Credentials = slices.Clone(s.Credentials)
+	for i := range c.Credentials {
+		c.Credentials[i].Source.Exec = slices.Clone(s.Credentials[i].Source.Exec)
+		c.Credentials[i].Revoke = slices.Clone(s.Credentials[i].Revoke)
+	}
+	c.Output.Redact = slices.Clone(s.Output.Redact)
 	return c
 }

@@ -52,6 +52,10 @@ type Spec struct {
 	Syscalls   Syscalls
 	// Observability bounds the call's trail.
 	Observability Observability
+	// Credentials are the brokered secrets the call receives (credentials.go).
+	Credentials []Credential
+	// Output is what berm redacts from the tool's output.
+	Output Output
 }
 
 // Observability bounds what one call can put in the trail.

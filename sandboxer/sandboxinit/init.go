@@ -72,6 +72,9 @@ type Config struct {
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  Program           `json:"seccomp,omitempty"`
 
+	// Secrets are the brokered credentials delivered as files (secrets.go).
+	Secrets []SecretFile `json:"secrets,omitempty"`
+
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.
 	Terminal *Terminal `json:"terminal,omitempty"`
@@ -172,6 +175,8 @@ func Main() {
 		report(Status{Error: "no call in the launcher's configuration"}, 125)
 	}
 	cfg = *msg.Call
+	// The sandbox's ids are the init's own (its argv), whatever the config says.
+	cfg.HostUID, cfg.HostGID = hostUID, hostGID
 	want := 2
 	if cfg.Terminal != nil && cfg.Terminal.Name != "" {
 		want = 3
@@ -382,6 +387,9 @@ func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) erro
 	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
 		return err
 	}
+	if err := mountSecrets(newRoot, cfg); err != nil {
+		return err
+	}
 
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
 		return err
@@ -420,7 +428,10 @@ func hostRootMounts(cfg *Config, ws int) error {
 	if err := bindWorkspace(ws, cfg.Workspace, cfg.Workspace); err != nil {
 		return err
 	}
-	return maskSubmounts("/", cfg.Root.Masked)
+	if err := maskSubmounts("/", cfg.Root.Masked); err != nil {
+		return err
+	}
+	return mountSecrets("/", cfg)
 }
 
 // mountProc mounts a procfs of the call's pid namespace at dir.

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/secrets"
+)
+
+// Secrets is the node's registry of live brokered secrets (every call's, while it runs) and
+// its fingerprint key: the launcher registers what it delivers, the agent scrubs the trail.
+func (a *Agent) Secrets() *secrets.Registry { return a.secrets }
+
+// scrub takes every live secret out of the event's strings before it is recorded: a tool that
+// passes a credential in an argument or a path would otherwise put it in the journal and
+// ClickHouse. It costs one atomic load while no call holds a secret; otherwise a substring
+// search per form of each live secret on the few strings an event carries, in the call's own
+// stage (never the ring reader's), bounded by the kernel's string sizes. It returns the
+// credential events and alerts the finds make: a secret of another call is an alert naming
+// both calls.
+func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
+	if !a.secrets.Live() || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
+		return nil
+	}
+	var hits []secrets.Hit
+	var where string
+	s := func(w string, p *string) {
+		out, h := a.secrets.Scrub(*p)
+		if h != nil {
+			*p, hits, where = out, append(hits, h...), w
+		}
+	}
+	s("process name", &ev.Comm)
+	s("path", &ev.Exe)
+	s("path", &ev.ParentExe)
+	switch {
+	case ev.Exec != nil:
+		s("exec filename", &ev.Exec.Filename)
+		s("exec filename", &ev.Exec.ExeName)
+		for i := range ev.Exec.Argv {
+			s("exec argv", &ev.Exec.Argv[i])
+		}
+	case ev.Open != nil:
+		s("path", &ev.Open.Path)
+		s("path", &ev.Open.ResolvedPath)
+	case ev.Syscall != nil:
+		s("path", &ev.Syscall.Path)
+		s("path", &ev.Syscall.Path2)
+	case ev.Connect != nil:
+		s("address", &ev.Connect.Addr)
+	case ev.Denial != nil:
+		s("path", &ev.Denial.Object)
+	case ev.Aggregate != nil:
+		s("path", &ev.Aggregate.Object)
+	}
+	return a.leakEvents(c, hits, where, ev)
+}
+
+// scrubStart takes live secrets out of the call's command line before its start is journalled.
+func (a *Agent) scrubStart(c *Call) []event.Event {
+	if !a.secrets.Live() {
+		return nil
+	}
+	var hits []secrets.Hit
+	argv := append([]string(nil), c.Start.Argv...)
+	for i := range argv {
+		out, h := a.secrets.Scrub(argv[i])
+		argv[i], hits = out, append(hits, h...)
+	}
+	c.Start.Argv = argv
+	return a.leakEvents(c, hits, "call argv", &event.Event{})
+}
+
+// leakEvents are the credential events, and for another call's secret the alert naming both
+// calls, of secrets found where ev shows.
+func (a *Agent) leakEvents(c *Call, hits []secrets.Hit, where string, ev *event.Event) []event.Event {
+	var out []event.Event
+	for _, h := range hits {
+		a.m.credentialLeaks.Inc()
+		cr := &event.Credential{Name: h.Name, Action: event.CredentialLeaked, Fingerprint: h.Fingerprint, Result: "redacted", Where: where, Encoding: h.Encoding}
+		if h.CallKey != c.Start.CallKey {
+			cr.OtherCall, cr.OtherTenant = h.CallKey, h.Tenant
+			out = append(out, event.Event{Time: ev.Time, Kind: event.KindCredential, PID: ev.PID, TID: ev.TID, Credential: cr},
+				event.Event{Time: ev.Time, Kind: event.KindAlert, PID: ev.PID, TID: ev.TID, Alert: &event.Alert{
+					RuleID: "credential-cross-call", Title: "A credential of another call showed in this call", Severity: "critical",
+					Surface: event.SurfaceCredential,
+					Output: fmt.Sprintf("credential %s (fingerprint %s) of call %s (id %s, tenant %s) showed in this call's %s (%s), call %s (tenant %s)",
+						h.Name, h.Fingerprint, h.CallKey, h.CallID, h.Tenant, where, h.Encoding, c.Start.CallKey, c.Start.Tenant),
+				}})
+			continue
+		}
+		out = append(out, event.Event{Time: ev.Time, Kind: event.KindCredential, PID: ev.PID, TID: ev.TID, Credential: cr})
+	}
+	return out
+}

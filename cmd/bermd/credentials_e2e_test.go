@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/bermbin"
+)
+
+// A secret of one tenant's call that shows up in another tenant's call (its output, an exec's
+// arguments, a path it opens) is redacted there and raises an alert naming both calls; bermd's
+// log and state never hold the value or its base64.
+func TestDaemonCrossCallCredentialLeak(t *testing.T) {
+	d := startDaemon(t)
+	b := make([]byte, 12)
+	rand.Read(b)
+	secret := "xcall-" + hex.EncodeToString(b)
+	src := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(src, []byte(secret), 0o600)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: holder}
+spec:
+  credentials:
+    - {name: db, source: {file: %s}, deliver: {file: /run/secrets/db}}
+`, src)), 0o600)
+	wsA, wsB := bermbin.Workspace(t), bermbin.Workspace(t)
+	done := make(chan bermbin.Result, 1)
+	go func() {
+		done <- d.run(t, "", "--policy", pol, "--tenant", "alpha", "--call-id", "holder", "--workspace", wsA, "--",
+			"sh", "-c", "touch ready; while [ ! -e go ]; do sleep 0.05; done")
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(wsA, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never started")
+		}
+	}
+	// The secret reached the other tenant's call (say, through a shared service): it prints it,
+	// passes it to a program and opens a path named after it.
+	r := d.run(t, "", "--tenant", "beta", "--call-id", "thief", "--workspace", wsB, "--",
+		"sh", "-c", "echo stolen "+secret+"; ls /tmp/"+secret+"; /bin/echo "+base64.StdEncoding.EncodeToString([]byte(secret)))
+	os.WriteFile(filepath.Join(wsA, "go"), nil, 0o644)
+	if a := <-done; a.Exit != 0 {
+		t.Fatalf("holder: %+v", a)
+	}
+	if strings.Contains(r.Stdout+r.Stderr, secret) || !strings.Contains(r.Stdout, "stolen [berm:redacted:db]") {
+		t.Fatalf("thief's output not redacted:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+	holder := d.call(t, "holder")
+	tl := bermbin.Timeline(t, d.state, "beta/thief")
+	where := map[string]bool{}
+	for _, e := range tl.Events {
+		if e.Alert != nil && e.Alert.RuleID == "credential-cross-call" {
+			if e.Alert.Surface != event.SurfaceCredential || !strings.Contains(e.Alert.Output, holder.Start.CallKey) || !strings.Contains(e.Alert.Output, tl.Call.Start.CallKey) {
+				t.Errorf("alert does not name both calls: %+v", e.Alert)
+			}
+		}
+		if e.Credential != nil && e.Credential.Action == event.CredentialLeaked && e.Credential.OtherCall == holder.Start.CallKey {
+			where[e.Credential.Where] = true
+		}
+		if e.Exec != nil && strings.Contains(strings.Join(e.Exec.Argv, " "), "xcall-") {
+			t.Errorf("the secret is in a recorded exec: %v", e.Exec.Argv)
+		}
+	}
+	for _, w := range []string{"stdout", "exec argv"} {
+		if !where[w] {
+			t.Errorf("no cross-call leak in %s (%v)", w, where)
+		}
+	}
+	// bermd has stopped writing for these calls: its log and state hold neither form.
+	for _, f := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))} {
+		if bytes.Contains(d.log.Bytes(), []byte(f)) {
+			t.Errorf("bermd's log holds the secret")
+		}
+		filepath.Walk(d.state, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(f)) {
+					t.Errorf("%s holds the secret", p)
+				}
+			}
+			return nil
+		})
+	}
+}
