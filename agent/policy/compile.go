@@ -59,6 +59,10 @@ type Compiled struct {
 	// of the process (SECCOMP_RET_KILL_PROCESS).
 	Fatal map[uint32]bool
 
+	// Approvals is spec.approvals compiled for the call; nil when it has no rules (or runs in
+	// audit mode, which holds nothing).
+	Approvals *CompiledApprovals
+
 	placeholders [][2]string // canonical path -> placeholder, for a call-independent hash
 }
 
@@ -99,6 +103,7 @@ func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 	errs = append(errs, p.compileSeccomp(c)...)
 	errs = append(errs, p.compileNetwork(c)...)
 	errs = append(errs, p.compileFilesystem(c, env)...)
+	errs = append(errs, p.compileApprovals(c, env)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}

@@ -84,7 +84,7 @@ func (d *decoder) spec(n *yaml.Node, field string, s *Spec) {
 		},
 		// Room for later issues: named now so a file using them gets a clear answer.
 		"credentials": func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
-		"approvals":   func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
+		"approvals":   func(n *yaml.Node, f string) { d.approvals(n, f, &s.Approvals) },
 	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls", "observability")...)
 }
 

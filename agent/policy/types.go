@@ -52,6 +52,8 @@ type Spec struct {
 	Syscalls   Syscalls
 	// Observability bounds the call's trail.
 	Observability Observability
+	// Approvals holds irreversible actions until a person decides (approvals.go).
+	Approvals Approvals
 }
 
 // Observability bounds what one call can put in the trail.

@@ -24,6 +24,28 @@ type Message struct {
 	Call *Config `json:"call,omitempty"`
 	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin.
 	Tool *toolConfig `json:"tool,omitempty"`
+	// Listener goes the other way, tool's stage to init to launcher: its file is the approval
+	// filter's notification listener (sandboxinit.Config.Approvals), owned by the launcher's
+	// supervisor and by nothing in the call.
+	Listener bool `json:"listener,omitempty"`
+}
+
+// ReadListener reads the frame carrying the approval filter's listener from fd (the
+// launcher's end of the init's channel). It returns nil, nil when the init closed the channel
+// without one: the tool did not start.
+func ReadListener(fd int) (*os.File, error) {
+	ch := &channel{fd: fd}
+	m, files, err := ch.next()
+	if err != nil {
+		return nil, nil
+	}
+	if !m.Listener || len(files) != 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("expected the approval listener from the sandbox init, got %d files", len(files))
+	}
+	return files[0], nil
 }
 
 // maxFrame bounds a frame: a config is a few KiB to a few hundred (argv, Landlock rules).
@@ -126,7 +148,7 @@ func (c *channel) next() (*Message, []*os.File, error) {
 			c.arrivals = append(c.arrivals, a)
 		}
 		if n == 0 {
-			return nil, nil, errors.New("the launcher closed without a configuration")
+			return nil, nil, errors.New("the channel closed before a whole frame")
 		}
 		c.buf = append(c.buf, chunk[:n]...)
 	}

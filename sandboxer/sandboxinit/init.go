@@ -71,6 +71,10 @@ type Config struct {
 	// cannot only report). Seccomp is installed on every thread of the init right before.
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  []unix.SockFilter `json:"seccomp,omitempty"`
+	// Approvals is the approval filter (policy.CompiledApprovals.Filter): the tool's stage
+	// installs it last, with a listener it sends here, which the init forwards to the
+	// launcher over fd 3 before the tool runs a single instruction.
+	Approvals []unix.SockFilter `json:"approvals,omitempty"`
 
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.
@@ -180,7 +184,9 @@ func Main() {
 	}
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
-	unix.Close(3)
+	if len(cfg.Approvals) == 0 {
+		unix.Close(3)
+	}
 	if stage == nil {
 		startStage()
 	}
@@ -219,6 +225,12 @@ func Main() {
 		fatal(err.Error())
 	}
 	stdin.Close()
+	if len(cfg.Approvals) > 0 {
+		// The listener comes from the stage just before it executes the tool; without it
+		// (the stage failed first) the launcher sees the channel close.
+		forwardListener(stage)
+		unix.Close(3)
+	}
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
 	// building it twice.
@@ -257,6 +269,21 @@ func Main() {
 		st.Exited, st.Code = true, ws.ExitStatus()
 		report(st, st.Code)
 	}
+}
+
+// forwardListener passes the approval listener from the tool's stage to the launcher.
+func forwardListener(stage *toolStage) {
+	ch := &channel{fd: int(stage.cfgW.Fd())}
+	m, files, err := ch.next()
+	stage.cfgW.Close()
+	if err != nil || !m.Listener || len(files) != 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		return
+	}
+	_ = SendFrame(3, Message{Listener: true}, int(files[0].Fd()))
+	files[0].Close()
 }
 
 // closeOnExecFrom marks every file descriptor from first up close-on-exec.

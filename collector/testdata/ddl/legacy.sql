@@ -131,3 +131,17 @@ ALTER TABLE berm.call_starts ADD COLUMN call_key String;
 ALTER TABLE berm.calls ADD COLUMN call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN call_key String;
+
+-- migration 0008 add_approval
+
+ALTER TABLE berm.events ADD COLUMN approval_outcome String;
+
+ALTER TABLE berm.events ADD COLUMN approval_id String;
+
+ALTER TABLE berm.events ADD COLUMN approval_action String;
+
+ALTER TABLE berm.events ADD COLUMN approval_by String;
+
+ALTER TABLE berm.events ADD COLUMN approval_channel String;
+
+ALTER TABLE berm.events ADD COLUMN approval_latency_ns Int64;

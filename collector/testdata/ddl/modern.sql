@@ -130,3 +130,17 @@ ALTER TABLE berm.call_starts ADD COLUMN IF NOT EXISTS call_key String;
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0008 add_approval
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_outcome LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_id String;
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_action LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_by LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_channel LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;
