@@ -239,4 +239,3 @@ func (c *Client) Decide(id string, approve bool, by, reason string) error {
 	}
 	return fmt.Errorf("approval %s: %w", id, ErrUnknown)
 }
-

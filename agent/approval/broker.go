@@ -126,10 +126,19 @@ func newID() string {
 // Ask holds r until a decision, the timeout (a deny), or abandon closing (the call ended).
 // The returned Decision is final.
 func (b *Broker) Ask(r *Request, timeout time.Duration, abandon <-chan struct{}) Decision {
+	return b.AskWith(r, timeout, abandon, nil)
+}
+
+// AskWith is Ask with registered called once r has its id, before anyone is asked (the
+// request's event goes into the trail before its decision can).
+func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struct{}, registered func(*Request)) Decision {
 	r.ID = newID()
 	r.Created = time.Now()
 	r.Deadline = r.Created.Add(timeout)
 	r.done = make(chan Decision, 1)
+	if registered != nil {
+		registered(r)
+	}
 	b.mu.Lock()
 	b.pending[r.ID] = r
 	b.mu.Unlock()

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bermsec/berm/agent/approval"
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/sandboxer"
+)
+
+func init() {
+	extraCommands["approvals"] = cmdApprovals
+	extraCommands["approve"] = func(args []string) int { return cmdDecide(args, true) }
+	extraCommands["deny"] = func(args []string) int { return cmdDecide(args, false) }
+}
+
+// embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
+// its own while the call runs, when the call's policy holds actions for approval. stop ends
+// the API (nil broker: nothing to stop).
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger) (b *approval.Broker, stop func() error, err error) {
+	stop = func() error { return nil }
+	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
+		return nil, stop, nil
+	}
+	if b, err = approval.New(approval.Config{Log: log}); err != nil {
+		return nil, stop, err
+	}
+	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
+	if err != nil {
+		return nil, stop, err
+	}
+	_, stop, err = approval.Serve(b, token, envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "run-"+strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return nil, func() error { return nil }, err
+	}
+	return b, stop, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
+	dir := fs.String("dir", envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "directory of the approval API sockets")
+	tokenFile := fs.String("token", envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile), "the API's bearer token file (root-only)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	tok, err := approval.ReadToken(*tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &approval.Client{Dir: *dir, Token: tok}, nil
+}
+
+// berm approvals [--json]: what is pending, for every process holding requests.
+func cmdApprovals(args []string) int {
+	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	c, err := approvalClient(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		return fail("%v", err)
+	}
+	list, err := c.List()
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(list)
+		return 0
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tCALL\tTENANT\tTOOL\tACTION\tOBJECT\tRULE\tAGE")
+	for _, p := range list {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.CallID, p.Tenant, p.Tool, p.Action, p.Object, p.Rule,
+			time.Duration(p.AgeSeconds*float64(time.Second)).Round(time.Second))
+	}
+	w.Flush()
+	return 0
+}
+
+// berm approve|deny ID [--reason TEXT]
+func cmdDecide(args []string, approve bool) int {
+	name := "deny"
+	if approve {
+		name = "approve"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	reason := fs.String("reason", "", "why (recorded in the trail)")
+	by := fs.String("by", "", "who decides (default: the user running berm)")
+	// The id may come before or after the flags.
+	var id string
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	c, err := approvalClient(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		return fail("%v", err)
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	}
+	if id == "" {
+		return fail("usage: berm %s ID [--reason TEXT]", name)
+	}
+	who := *by
+	if who == "" {
+		who = os.Getenv("SUDO_USER")
+		if who == "" {
+			who = os.Getenv("USER")
+		}
+		if who == "" {
+			who = "uid " + strconv.Itoa(os.Getuid())
+		}
+	}
+	if err := c.Decide(id, approve, who, *reason); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
