@@ -66,6 +66,7 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	if err != nil {
 		return unix.EPERM
 	}
+	o.tgid = tgid
 	pidfd, err := unix.PidfdOpen(tgid, 0)
 	if err != nil {
 		return unix.EPERM

@@ -137,6 +137,7 @@ func (s *Supervisor) run() {
 // op is one held syscall, read and resolved.
 type op struct {
 	n       *notif
+	tgid    int
 	name    string // the syscall
 	action  string // policy.Approve*
 	object  string // what a person is asked about
@@ -305,6 +306,6 @@ func (s *Supervisor) emitDenial(o *op) {
 }
 
 func (s *Supervisor) emitEvent(o *op, ev event.Event) {
-	ev.TID = o.n.PID
+	ev.TID, ev.PID = o.n.PID, uint32(o.tgid)
 	s.cfg.Emit(ev)
 }

@@ -127,3 +127,33 @@ func (r *ApprovalRule) Describe() string {
 	}
 	return r.Action + " " + r.Glob
 }
+
+// Refused says whether ev is a gated syscall the approval supervisor refused (EPERM: a deny, a
+// timeout, a repeat). Its own approval and denial events say so; the judge must not name
+// another layer for it. A refusal by the tool's Landlock domain, which the supervisor's
+// acting thread carries, is EACCES and stays the judge's to name.
+func (a *CompiledApprovals) Refused(ev *event.Event) bool {
+	if a == nil {
+		return false
+	}
+	eperm := -int64(unix.EPERM)
+	switch {
+	case ev.Open != nil:
+		return a.Has(ApproveWrite) && ev.Open.Result == eperm && ev.Open.Flags&writeFlags != 0
+	case ev.Syscall != nil:
+		if ev.Syscall.Result != eperm {
+			return false
+		}
+		switch ev.Syscall.Name {
+		case "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2":
+			return a.Has(ApproveUnlink) || a.Has(ApproveRename)
+		case "creat", "truncate":
+			return a.Has(ApproveWrite)
+		case "connect":
+			return a.Has(ApproveConnect)
+		}
+	case ev.Connect != nil:
+		return a.Has(ApproveConnect) && ev.Connect.Result == eperm
+	}
+	return false
+}
