@@ -80,9 +80,6 @@ func (p *Policy) compileApprovals(c *Compiled, env CompileEnv) Errors {
 		notify["open"] = &seccomp.Arg{Index: 1, Any: writeFlags}
 		notify["openat"] = &seccomp.Arg{Index: 2, Any: writeFlags}
 	}
-	if ca.Has(ApproveExec) {
-		gate("execve", "execveat")
-	}
 	if ca.Has(ApproveConnect) {
 		gate("connect")
 	}
