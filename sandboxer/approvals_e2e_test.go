@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,5 +406,130 @@ func TestApprovalPlantedSymlinkStaysInRoot(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout, "rm=0") && !strings.Contains(r.Stdout, "rm=1") {
 		t.Fatalf("rm did not run: %q", r.Stdout)
+	}
+}
+
+// A write rule holds opens for writing under its glob; the supervisor opens the approved file
+// itself, as the tool (its umask, its ids through the idmapped workspace) and hands the
+// descriptor back (ADDFD): the shell's redirection writes through it. Reads are not held.
+func TestApprovalWriteHeld(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws := bermbin.Workspace(t)
+	os.MkdirAll(filepath.Join(ws, "out"), 0o755)
+	os.WriteFile(filepath.Join(ws, "out", "existing"), []byte("old\n"), 0o644)
+	filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+	pol := filepath.Join(t.TempDir(), "w.yaml")
+	os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: approvals-write}
+spec:
+  approvals:
+    timeout: 60s
+    rules:
+      - name: results
+        match: {write: "${WORKSPACE}/out/**"}
+`), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "write", "--workspace", ws, "--policy", pol, "--",
+		"sh", "-c", "cat out/existing; echo new > out/approved; echo w1=$?; echo bad > out/existing; echo w2=$?; echo free > notgated; echo w3=$?; cat out/approved")
+	decisions := []bool{true, false}
+	var objects []string
+	for i := 0; ; i++ {
+		p, ok := a.pending(t, "write", done)
+		if !ok {
+			break
+		}
+		if i >= len(decisions) {
+			t.Fatalf("unexpected request %+v", p[0])
+		}
+		objects = append(objects, p[0].Object)
+		a.client.Decide(p[0].ID, decisions[i], "tester", "")
+	}
+	r := <-done
+	t.Logf("%s %s", r.Stdout, r.Stderr)
+	if strings.Join(objects, ",") != ws+"/out/approved,"+ws+"/out/existing" {
+		t.Fatalf("requests for %v", objects)
+	}
+	if !strings.Contains(r.Stdout, "old\n") || !strings.Contains(r.Stdout, "w1=0") || !strings.Contains(r.Stdout, "w2=") || strings.Contains(r.Stdout, "w2=0") || !strings.Contains(r.Stdout, "w3=0") {
+		t.Fatalf("output %q", r.Stdout)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws, "out", "approved")); string(data) != "new\n" {
+		t.Fatalf("approved file holds %q", data)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws, "out", "existing")); string(data) != "old\n" {
+		t.Fatalf("denied overwrite: existing holds %q", data)
+	}
+	st, err := os.Stat(filepath.Join(ws, "out", "approved"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 65534 || st.Mode().Perm() != 0o644 {
+		t.Errorf("approved file: owner %d mode %v, want the workspace owner and the tool's umask", sys.Uid, st.Mode().Perm())
+	}
+}
+
+// A connect rule: the supervisor connects the tool's own socket to the address it copied. The
+// cgroup-sock egress layer still judges that connect as the call's: an address the policy
+// does not allow stays refused though the supervisor made the call.
+func TestApprovalConnectHeld(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws := bermbin.Workspace(t)
+	gated, free, closed := listen(t, "tcp", "127.0.0.1:0"), listen(t, "tcp", "127.0.0.1:0"), listen(t, "tcp", "127.0.0.1:0")
+	pol := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: approvals-connect}
+spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {cidr: 127.0.0.1/32, ports: [%d, %d], protocol: tcp}
+  approvals:
+    timeout: 60s
+    rules:
+      - name: payments
+        match: {connect: "127.0.0.1/32:%d"}
+`, port(gated), port(free), port(gated))), 0o644)
+	script := `import socket, sys
+def tcp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.connect(("127.0.0.1", port)); return "ok"
+    except OSError as e:
+        return "errno%d" % e.errno
+    finally:
+        s.close()
+g, f, c = [int(x) for x in sys.argv[1:4]]
+print("free", tcp(f), flush=True)
+print("closed", tcp(c), flush=True)
+print("gated1", tcp(g), flush=True)
+print("gated2", tcp(g), flush=True)
+`
+	os.WriteFile(filepath.Join(ws, "c.py"), []byte(script), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "connect", "--workspace", ws, "--policy", pol, "--",
+		"python3", "c.py", strconv.Itoa(port(gated)), strconv.Itoa(port(free)), strconv.Itoa(port(closed)))
+	decisions := []bool{true, false}
+	for i := 0; ; i++ {
+		p, ok := a.pending(t, "connect", done)
+		if !ok {
+			break
+		}
+		if i >= len(decisions) || p[0].Object != fmt.Sprintf("127.0.0.1:%d", port(gated)) || p[0].Action != "connect" {
+			t.Fatalf("unexpected request %+v", p[0])
+		}
+		a.client.Decide(p[0].ID, decisions[i], "tester", "")
+	}
+	r := <-done
+	for _, want := range []string{"free ok", "closed errno1", "gated1 ok", "gated2 errno1"} {
+		if !strings.Contains(r.Stdout, want+"\n") {
+			t.Errorf("missing %q in %q (%s)", want, r.Stdout, r.Stderr)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if gated.accepted.Load() != 1 || free.accepted.Load() != 1 || closed.accepted.Load() != 0 {
+		t.Errorf("accepted: gated %d free %d closed %d", gated.accepted.Load(), free.accepted.Load(), closed.accepted.Load())
 	}
 }

@@ -56,6 +56,7 @@ func compile(spec *Spec) (*callEnv, error) {
 	}
 	if c.Approvals != nil {
 		env.init.Approvals = c.Approvals.Filter
+		env.init.ApprovalConnect = c.Approvals.Has(policy.ApproveConnect)
 	}
 	if c.Mode == policy.Enforce {
 		rs := c.Landlock

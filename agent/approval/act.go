@@ -241,6 +241,16 @@ func (s *Supervisor) prepareConnect(o *op, mem *os.File, pidfd, root, umask int)
 		})
 	}
 	o.perform = func() (int64, unix.Errno) {
+		if ok {
+			// An inet connect goes through the init, in the call's cgroup: the egress programs
+			// judge by the current task's cgroup, and this thread is in none of the call's.
+			if s.cfg.ConnectInet == nil {
+				return 0, unix.EPERM
+			}
+			return 0, s.cfg.ConnectInet(sock, buf)
+		}
+		// Other families (unix sockets): no cgroup hook judges them; this thread does it as
+		// the tool, from the tool's root (a socket path resolves there).
 		_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(sock), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
 		return 0, e
 	}

@@ -102,7 +102,9 @@ func TestAPI(t *testing.T) {
 	srv := httptest.NewServer(Handler(b, "sekret-token-0123456789"))
 	defer srv.Close()
 	got := make(chan Decision, 1)
-	go func() { got <- b.Ask(&Request{CallID: "c1", Tenant: "t", Action: "unlink", Object: "/ws/reports/a", Rule: "r"}, time.Minute, nil) }()
+	go func() {
+		got <- b.Ask(&Request{CallID: "c1", Tenant: "t", Action: "unlink", Object: "/ws/reports/a", Rule: "r"}, time.Minute, nil)
+	}()
 	waitPending(t, b, 1)
 	do := func(method, path, token string, body any) *http.Response {
 		var rd io.Reader

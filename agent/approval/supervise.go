@@ -35,6 +35,12 @@ type SupervisorConfig struct {
 	// Emit adds an event to the call's trail (the call's recorder).
 	Emit func(event.Event)
 	Log  *slog.Logger
+	// ConnectInet connects the tool's inet socket (a duplicate the supervisor owns) to addr
+	// from inside the call's cgroup (the sandbox init does it), so the cgroup-sock egress
+	// layer judges the connect as the call's. Required when the rules hold connects.
+	ConnectInet func(sock int, addr []byte) unix.Errno
+	// Done is called at End, once no handler runs any more.
+	Done func()
 }
 
 // Supervisor answers one call's gated syscalls.
@@ -88,6 +94,9 @@ func (s *Supervisor) End(reason string) {
 		s.stopR.Close()
 		s.stopW.Close()
 		s.cfg.Listener.Close()
+		if s.cfg.Done != nil {
+			s.cfg.Done()
+		}
 	})
 }
 

@@ -75,6 +75,9 @@ type Config struct {
 	// installs it last, with a listener it sends here, which the init forwards to the
 	// launcher over fd 3 before the tool runs a single instruction.
 	Approvals []unix.SockFilter `json:"approvals,omitempty"`
+	// ApprovalConnect: the approval rules hold connects; the init keeps its channel and
+	// performs the connects the supervisor asks for (Message.Connect) until the call ends.
+	ApprovalConnect bool `json:"approval_connect,omitempty"`
 
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.
@@ -229,7 +232,11 @@ func Main() {
 		// The listener comes from the stage just before it executes the tool; without it
 		// (the stage failed first) the launcher sees the channel close.
 		forwardListener(stage)
-		unix.Close(3)
+		if cfg.ApprovalConnect {
+			go serveConnects(3)
+		} else {
+			unix.Close(3)
+		}
 	}
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
