@@ -88,10 +88,11 @@ type Config struct {
 	Prompt Prompter
 }
 
-// Prompter asks a person about a request and returns their answer, or false when the
-// question could not be put (or was abandoned: ctx ended).
+// Prompter asks a person about a request and returns their answer (and who gave it), or
+// false when the question could not be put or was abandoned (decided elsewhere, or the call
+// ended).
 type Prompter interface {
-	Ask(r *Request, abandon <-chan struct{}) (approve bool, reason string, ok bool)
+	Ask(r *Request, abandon <-chan struct{}) (approve bool, by, reason string, ok bool)
 }
 
 // New makes a Broker.
@@ -159,12 +160,12 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 				}
 				close(gone)
 			}()
-			if ok, reason, asked := b.prompt.Ask(r, gone); asked {
+			if ok, by, reason, asked := b.prompt.Ask(r, gone); asked {
 				outcome := Denied
 				if ok {
 					outcome = Approved
 				}
-				_ = b.decide(r.ID, Decision{Outcome: outcome, By: "terminal", Channel: ChannelPrompt, Reason: reason})
+				_ = b.decide(r.ID, Decision{Outcome: outcome, By: by, Channel: ChannelPrompt, Reason: reason})
 			}
 		}()
 	}

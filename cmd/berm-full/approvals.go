@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/cmd/internal/ptyrelay"
 	"github.com/bermsec/berm/sandboxer"
 )
 
@@ -25,12 +27,18 @@ func init() {
 // embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
 // its own while the call runs, when the call's policy holds actions for approval. stop ends
 // the API (nil broker: nothing to stop).
-func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger) (b *approval.Broker, stop func() error, err error) {
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay) (b *approval.Broker, stop func() error, err error) {
 	stop = func() error { return nil }
 	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
 		return nil, stop, nil
 	}
-	if b, err = approval.New(approval.Config{Log: log}); err != nil {
+	// With a terminal, the person at it is asked (as sudo asks); without one, a line on
+	// stderr says how to decide from another terminal.
+	var prompt approval.Prompter = stderrNotice{}
+	if term != nil {
+		prompt = ttyPrompt{term}
+	}
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt}); err != nil {
 		return nil, stop, err
 	}
 	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
@@ -42,6 +50,38 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger) (b *approval.Broke
 		return nil, func() error { return nil }, err
 	}
 	return b, stop, nil
+}
+
+// ttyPrompt asks at the caller's terminal.
+type ttyPrompt struct{ relay *ptyrelay.Relay }
+
+func (p ttyPrompt) Ask(r *approval.Request, abandon <-chan struct{}) (bool, string, string, bool) {
+	q := fmt.Sprintf("\r\n[berm] tool %s wants to %s %s (rule %s, request %s).\r\n[berm] Allow? [y/N] ",
+		r.Tool, r.Action, r.Object, r.Rule, r.ID)
+	line, ok := p.relay.Prompt(q, abandon)
+	if !ok {
+		return false, "", "", false
+	}
+	line = strings.ToLower(strings.TrimSpace(line))
+	return line == "y" || line == "yes", whoAmI(), "answered at the terminal", true
+}
+
+// stderrNotice asks nobody: it says on stderr that a request waits and how to decide it.
+type stderrNotice struct{}
+
+func (stderrNotice) Ask(r *approval.Request, _ <-chan struct{}) (bool, string, string, bool) {
+	fmt.Fprintf(os.Stderr, "berm: waiting for approval %s: %s %s (rule %s); decide with berm approve %s or berm deny %s (no answer by %s denies)\n",
+		r.ID, r.Action, r.Object, r.Rule, r.ID, r.ID, r.Deadline.Format(time.TimeOnly))
+	return false, "", "", false
+}
+
+func whoAmI() string {
+	for _, k := range []string{"SUDO_USER", "USER"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
 }
 
 func envOr(k, def string) string {
@@ -124,13 +164,7 @@ func cmdDecide(args []string, approve bool) int {
 	}
 	who := *by
 	if who == "" {
-		who = os.Getenv("SUDO_USER")
-		if who == "" {
-			who = os.Getenv("USER")
-		}
-		if who == "" {
-			who = "uid " + strconv.Itoa(os.Getuid())
-		}
+		who = whoAmI()
 	}
 	if err := c.Decide(id, approve, who, *reason); err != nil {
 		return fail("%v", err)

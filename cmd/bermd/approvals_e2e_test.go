@@ -205,7 +205,7 @@ spec:
 	}
 
 	for name, want := range map[string]float64{
-		"berm_approvals_pending": 0,
+		"berm_approvals_pending":                            0,
 		`berm_approval_decisions_total{outcome="approved"}`: 1,
 		`berm_approval_decisions_total{outcome="denied"}`:   1,
 		"berm_approval_decision_seconds_count":              2,
