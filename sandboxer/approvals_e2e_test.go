@@ -432,8 +432,10 @@ spec:
         match: {write: "${WORKSPACE}/out/**"}
 `), 0o644)
 	done := startRun(t, a.env, "--state-dir", state, "--call-id", "write", "--workspace", ws, "--policy", pol, "--",
-		"sh", "-c", "cat out/existing; echo new > out/approved; echo w1=$?; echo bad > out/existing; echo w2=$?; echo free > notgated; echo w3=$?; cat out/approved")
-	decisions := []bool{true, false}
+		"sh", "-c", "cat out/existing; echo new > out/approved; echo w1=$?; echo bad > out/existing; echo w2=$?; echo free > notgated; echo w3=$?; cat out/approved; "+
+			// A second name outside the glob would let the file be written unasked.
+			"ln out/existing alias; echo l=$?; mv out/existing moved; echo m=$?")
+	decisions := []bool{true, false, false, false}
 	var objects []string
 	for i := 0; ; i++ {
 		p, ok := a.pending(t, "write", done)
@@ -448,8 +450,11 @@ spec:
 	}
 	r := <-done
 	t.Logf("%s %s", r.Stdout, r.Stderr)
-	if strings.Join(objects, ",") != ws+"/out/approved,"+ws+"/out/existing" {
+	if strings.Join(objects, ",") != ws+"/out/approved,"+ws+"/out/existing,"+ws+"/out/existing => "+ws+"/alias,"+ws+"/out/existing -> "+ws+"/moved" {
 		t.Fatalf("requests for %v", objects)
+	}
+	if !strings.Contains(r.Stdout, "l=1") || !strings.Contains(r.Stdout, "m=1") {
+		t.Fatalf("a link or rename of the gated file went through: %q", r.Stdout)
 	}
 	if !strings.Contains(r.Stdout, "old\n") || !strings.Contains(r.Stdout, "w1=0") || !strings.Contains(r.Stdout, "w2=") || strings.Contains(r.Stdout, "w2=0") || !strings.Contains(r.Stdout, "w3=0") {
 		t.Fatalf("output %q", r.Stdout)

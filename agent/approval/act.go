@@ -42,6 +42,10 @@ import (
 // Syscalls no rule gates (a write outside every glob) are performed the same way, at once:
 // answering them with CONTINUE would let a thread swap a gated path in after the check.
 
+// actionLink is a link held for write rules (a second name for a write-gated file); it is
+// asked about as a write.
+const actionLink = "link"
+
 // fdInstalled is what perform returns when ADDFD already answered the syscall.
 const fdInstalled = math.MinInt64
 
@@ -111,6 +115,14 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		pa, o.action = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename
 	case "renameat2":
 		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename, args[4]
+	case "link":
+		pa, o.action = []pathArg{{cwd, args[0]}, {cwd, args[1]}}, actionLink
+	case "linkat":
+		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, actionLink, args[4]
+		if flags&^unix.AT_SYMLINK_FOLLOW != 0 {
+			// AT_EMPTY_PATH links a descriptor's file by no path: nothing to show a person.
+			return unix.EPERM
+		}
 	case "open":
 		pa, o.action, flags, mode = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1], args[2]
 	case "openat":
@@ -152,6 +164,9 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	locs := make([]loc, len(paths))
 	for i, p := range paths {
 		follow := o.action == policy.ApproveWrite && flags&unix.O_NOFOLLOW == 0 && flags&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL
+		if o.action == actionLink {
+			follow = i == 0 && flags&unix.AT_SYMLINK_FOLLOW != 0
+		}
 		l, e := resolve(starts[i], p, follow)
 		if e != 0 {
 			return e
@@ -168,10 +183,20 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		})
 		l := locs[0]
 		o.perform = func() (int64, unix.Errno) { return 0, errnoOf(unix.Unlinkat(l.dir, l.name, int(flags))) }
+	case actionLink:
+		o.object = locs[0].path + " => " + locs[1].path
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return r.Action == policy.ApproveWrite && (policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
+		})
+		o.action = policy.ApproveWrite
+		a, b := locs[0], locs[1]
+		o.perform = func() (int64, unix.Errno) {
+			return 0, errnoOf(unix.Linkat(a.dir, a.name, b.dir, b.name, 0))
+		}
 	case policy.ApproveRename:
 		o.object = locs[0].path + " -> " + locs[1].path
 		o.rule = s.match(func(r *policy.ApprovalRule) bool {
-			return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink) &&
+			return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink || r.Action == policy.ApproveWrite) &&
 				(policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
 		})
 		a, b := locs[0], locs[1]

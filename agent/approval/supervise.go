@@ -53,6 +53,11 @@ type Supervisor struct {
 	once  sync.Once
 	loop  sync.WaitGroup
 	work  sync.WaitGroup
+	// slots bound the notifications handled at once: each holds a thread of this process
+	// (and a pending request may hold it for the whole timeout). Past the bound the loop
+	// stops receiving and the call's further gated syscalls wait in the kernel, costing the
+	// agent nothing; a call cannot exhaust the agent's threads.
+	slots chan struct{}
 
 	mu sync.Mutex
 	// covered is what is left of each rule's last approval (ApprovalRule.Count actions).
@@ -62,6 +67,9 @@ type Supervisor struct {
 	denied map[string]bool
 	reason string // why the call ended, for requests it abandons
 }
+
+// MaxInFlight bounds the held syscalls one call's supervisor handles at once.
+const MaxInFlight = 32
 
 // Supervise starts answering the call's notifications.
 func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
@@ -75,7 +83,7 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}),
+	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}), slots: make(chan struct{}, MaxInFlight),
 		covered: map[string]int64{}, denied: map[string]bool{}}
 	s.loop.Add(1)
 	go s.run()
@@ -125,7 +133,15 @@ func (s *Supervisor) run() {
 			return
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
+			select {
+			case s.slots <- struct{}{}:
+			case <-s.ended:
+				return
+			}
 			n, err := recvNotif(s.fd)
+			if err != nil {
+				<-s.slots
+			}
 			if err == unix.ENOENT {
 				continue // its thread died (or was interrupted) before we took it
 			}
@@ -167,6 +183,7 @@ func (o *op) close() {
 // when the goroutine returns instead of reusing it for anything else.
 func (s *Supervisor) handle(n *notif) {
 	defer s.work.Done()
+	defer func() { <-s.slots }()
 	runtime.LockOSThread()
 	name := event.SyscallName(uint32(n.Data.Nr))
 	o := &op{n: n, name: name}

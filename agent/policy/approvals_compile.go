@@ -76,7 +76,9 @@ func (p *Policy) compileApprovals(c *Compiled, env CompileEnv) Errors {
 		gate("unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2")
 	}
 	if ca.Has(ApproveWrite) {
-		gate("creat", "truncate")
+		// A second name outside the glob (a hard link, a rename) would let a write-gated file
+		// be opened for writing unasked: links and renames are held for write rules too.
+		gate("creat", "truncate", "link", "linkat", "rename", "renameat", "renameat2")
 		notify["open"] = &seccomp.Arg{Index: 1, Any: writeFlags}
 		notify["openat"] = &seccomp.Arg{Index: 2, Any: writeFlags}
 	}
@@ -142,8 +144,12 @@ func (a *CompiledApprovals) Refused(ev *event.Event) bool {
 			return false
 		}
 		switch ev.Syscall.Name {
-		case "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2":
+		case "unlink", "unlinkat", "rmdir":
 			return a.Has(ApproveUnlink) || a.Has(ApproveRename)
+		case "rename", "renameat", "renameat2":
+			return a.Has(ApproveUnlink) || a.Has(ApproveRename) || a.Has(ApproveWrite)
+		case "link", "linkat":
+			return a.Has(ApproveWrite)
 		case "creat", "truncate":
 			return a.Has(ApproveWrite)
 		case "connect":
