@@ -17,6 +17,8 @@ usage:
   berm calls [flags]                  list calls
   berm timeline [flags] CALL_ID       print a call's events in order
   berm doctor [--json]                what this kernel lets berm use
+  berm approvals [--json]             actions held for a person's decision (spec.approvals)
+  berm approve|deny ID [--reason T]   decide one
 
 every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
 `
