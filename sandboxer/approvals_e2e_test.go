@@ -538,3 +538,51 @@ print("gated2", tcp(g), flush=True)
 		t.Errorf("accepted: gated %d free %d closed %d", gated.accepted.Load(), free.accepted.Load(), closed.accepted.Load())
 	}
 }
+
+// count: one approval covers that many actions of its rule; the next one is asked again.
+func TestApprovalCountCovers(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws, _ := reportsWorkspace(t)
+	pol := filepath.Join(t.TempDir(), "count.yaml")
+	os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: approvals-count}
+spec:
+  approvals:
+    timeout: 60s
+    rules:
+      - name: two-at-a-time
+        match: {unlink: "${WORKSPACE}/reports/**"}
+        count: 2
+`), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "count", "--workspace", ws, "--policy", pol, "--",
+		"sh", "-c", "rm reports/a; rm reports/b; rm reports/sub/c; echo c=$?")
+	for _, approve := range []bool{true, false} {
+		p, ok := a.pending(t, "count", done)
+		if !ok {
+			t.Fatal("the call ended before its second request")
+		}
+		a.client.Decide(p[0].ID, approve, "tester", "")
+	}
+	if p, ok := a.pending(t, "count", done); ok {
+		t.Fatalf("a third request: %+v", p[0])
+	}
+	r := <-done
+	if !strings.Contains(r.Stdout, "c=1") {
+		t.Fatalf("%q %q", r.Stdout, r.Stderr)
+	}
+	for f, gone := range map[string]bool{"reports/a": true, "reports/b": true, "reports/sub/c": false} {
+		if _, err := os.Stat(filepath.Join(ws, f)); (err != nil) != gone {
+			t.Errorf("%s gone %v, want %v", f, err != nil, gone)
+		}
+	}
+	var outcomes []string
+	for _, e := range approvalEvents(bermbin.Timeline(t, state, "count").Events) {
+		outcomes = append(outcomes, e.Outcome)
+	}
+	if strings.Join(outcomes, ",") != "requested,approved,covered,requested,denied" {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+}
