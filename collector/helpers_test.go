@@ -237,6 +237,11 @@ func makeEvent(callID string, c int, seq uint64, at time.Time) event.Event {
 			e.Open.PathSource, e.Open.ResolvedPath = "kernel", "/etc/passwd"
 		}
 	}
+	if seq%100 == 29 {
+		e.Kind, e.Open = event.KindApproval, nil
+		e.Approval = &event.Approval{Outcome: "approved", ID: "a1b2c3d4e5f6", Action: "unlink", Syscall: "unlinkat", Object: "/ws/reports/a",
+			Rule: "delete-reports", By: "alice", Channel: "api", Reason: "ok", LatencyNs: 1500000000, Result: 0, Approvers: []string{"oncall"}}
+	}
 	if seq%50 == 1 {
 		e.Phase = "setup" // berm-init's own
 	}

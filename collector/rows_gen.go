@@ -23,12 +23,13 @@ type parts struct {
 	Drop       *event.Drop       `json:"drop,omitempty"`
 	Limit      *event.Limit      `json:"limit,omitempty"`
 	Reload     *event.Reload     `json:"reload,omitempty"`
+	Approval   *event.Approval   `json:"approval,omitempty"`
 	Aggregate  *event.Aggregate  `json:"aggregate,omitempty"`
 	Credential *event.Credential `json:"credential,omitempty"`
 }
 
 func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Aggregate, e.Credential}
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Approval, e.Aggregate, e.Credential}
 }
 
 func (p parts) setOn(e *event.Event) {
@@ -43,6 +44,7 @@ func (p parts) setOn(e *event.Event) {
 	e.Drop = p.Drop
 	e.Limit = p.Limit
 	e.Reload = p.Reload
+	e.Approval = p.Approval
 	e.Aggregate = p.Aggregate
 	e.Credential = p.Credential
 }
@@ -50,30 +52,36 @@ func (p parts) setOn(e *event.Event) {
 // eventRow is an event as the events table (and, for a part with a table of its own, that
 // table) stores it: decoding makes these on several goroutines, batches add them in journal order.
 type eventRow struct {
-	callID    string
-	callKey   string
-	seq       uint64
-	time      time.Time // UTC
-	kind      string
-	tool      string
-	tenant    string
-	pid       uint32
-	tid       uint32
-	ppid      uint32
-	uid       uint32
-	comm      string
-	exe       string
-	parentExe string
-	phase     string
-	path      string
-	result    int64
-	errno     string
-	addr      [16]byte
-	port      uint16
-	syscall   string
-	rule      string
-	detail    string       // the parts as JSON (partsOf)
-	alert     *event.Alert // for an alert, its row in the alerts table
+	callID            string
+	callKey           string
+	seq               uint64
+	time              time.Time // UTC
+	kind              string
+	tool              string
+	tenant            string
+	pid               uint32
+	tid               uint32
+	ppid              uint32
+	uid               uint32
+	comm              string
+	exe               string
+	parentExe         string
+	phase             string
+	path              string
+	result            int64
+	errno             string
+	addr              [16]byte
+	port              uint16
+	syscall           string
+	rule              string
+	approvalOutcome   string
+	approvalID        string
+	approvalAction    string
+	approvalBy        string
+	approvalChannel   string
+	approvalLatencyNs int64
+	detail            string       // the parts as JSON (partsOf)
+	alert             *event.Alert // for an alert, its row in the alerts table
 }
 
 // rowOf makes an event's row; detail is its parts as JSON. The columns that parts fill come
@@ -125,6 +133,17 @@ func rowOf(e *event.Event, detail string) eventRow {
 		r.path = e.Denial.Object
 	case e.Alert != nil:
 		r.rule = e.Alert.RuleID
+	case e.Approval != nil:
+		r.approvalOutcome = e.Approval.Outcome
+		r.approvalID = e.Approval.ID
+		r.approvalAction = e.Approval.Action
+		r.syscall = e.Approval.Syscall
+		r.path = e.Approval.Object
+		r.rule = e.Approval.Rule
+		r.approvalBy = e.Approval.By
+		r.approvalChannel = e.Approval.Channel
+		r.approvalLatencyNs = e.Approval.LatencyNs
+		r.result = e.Approval.Result
 	case e.Credential != nil:
 		r.rule = e.Credential.Name
 		r.path = e.Credential.Fingerprint
@@ -138,30 +157,36 @@ func rowOf(e *event.Event, detail string) eventRow {
 // eventRows are the events table's rows, column by column (clickhouse-go appends a typed
 // slice per column far faster than row by row).
 type eventRows struct {
-	callID    []string
-	callKey   []string
-	seq       []uint64
-	time      []time.Time
-	timeNs    []uint32 // legacy: nanoseconds within the second
-	kind      []string
-	tool      []string
-	tenant    []string
-	pid       []uint32
-	tid       []uint32
-	ppid      []uint32
-	uid       []uint32
-	comm      []string
-	exe       []string
-	parentExe []string
-	phase     []string
-	path      []string
-	result    []int64
-	errno     []string
-	addr      [][16]byte
-	port      []uint16
-	syscall   []string
-	rule      []string
-	detail    []string
+	callID            []string
+	callKey           []string
+	seq               []uint64
+	time              []time.Time
+	timeNs            []uint32 // legacy: nanoseconds within the second
+	kind              []string
+	tool              []string
+	tenant            []string
+	pid               []uint32
+	tid               []uint32
+	ppid              []uint32
+	uid               []uint32
+	comm              []string
+	exe               []string
+	parentExe         []string
+	phase             []string
+	path              []string
+	result            []int64
+	errno             []string
+	addr              [][16]byte
+	port              []uint16
+	syscall           []string
+	rule              []string
+	approvalOutcome   []string
+	approvalID        []string
+	approvalAction    []string
+	approvalBy        []string
+	approvalChannel   []string
+	approvalLatencyNs []int64
+	detail            []string
 }
 
 func (r *eventRows) len() int { return len(r.callID) }
@@ -190,11 +215,17 @@ func (r *eventRows) add(e *eventRow) {
 	r.port = append(r.port, e.port)
 	r.syscall = append(r.syscall, e.syscall)
 	r.rule = append(r.rule, e.rule)
+	r.approvalOutcome = append(r.approvalOutcome, e.approvalOutcome)
+	r.approvalID = append(r.approvalID, e.approvalID)
+	r.approvalAction = append(r.approvalAction, e.approvalAction)
+	r.approvalBy = append(r.approvalBy, e.approvalBy)
+	r.approvalChannel = append(r.approvalChannel, e.approvalChannel)
+	r.approvalLatencyNs = append(r.approvalLatencyNs, e.approvalLatencyNs)
 	r.detail = append(r.detail, e.detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 24)
+	cols := make([]column, 0, 30)
 	cols = append(cols, column{"call_id", r.callID})
 	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
@@ -220,6 +251,12 @@ func (r *eventRows) columns(d Dialect) []column {
 	cols = append(cols, column{"port", r.port})
 	cols = append(cols, column{"syscall", r.syscall})
 	cols = append(cols, column{"rule", r.rule})
+	cols = append(cols, column{"approval_outcome", r.approvalOutcome})
+	cols = append(cols, column{"approval_id", r.approvalID})
+	cols = append(cols, column{"approval_action", r.approvalAction})
+	cols = append(cols, column{"approval_by", r.approvalBy})
+	cols = append(cols, column{"approval_channel", r.approvalChannel})
+	cols = append(cols, column{"approval_latency_ns", r.approvalLatencyNs})
 	return append(cols, column{"detail", r.detail})
 }
 
@@ -249,6 +286,12 @@ func (r *eventRows) reset(n int) {
 	r.port = resize(r.port, n)
 	r.syscall = resize(r.syscall, n)
 	r.rule = resize(r.rule, n)
+	r.approvalOutcome = resize(r.approvalOutcome, n)
+	r.approvalID = resize(r.approvalID, n)
+	r.approvalAction = resize(r.approvalAction, n)
+	r.approvalBy = resize(r.approvalBy, n)
+	r.approvalChannel = resize(r.approvalChannel, n)
+	r.approvalLatencyNs = resize(r.approvalLatencyNs, n)
 	r.detail = resize(r.detail, n)
 }
 

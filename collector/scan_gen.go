@@ -17,6 +17,7 @@ type scanParts struct {
 	drop       event.Drop
 	limit      event.Limit
 	reload     event.Reload
+	approval   event.Approval
 	aggregate  event.Aggregate
 	credential event.Credential
 }
@@ -114,6 +115,10 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	if sc.has(`,"reload":`) {
 		e.Reload = &p.reload
 		sc.reload(e.Reload)
+	}
+	if sc.has(`,"approval":`) {
+		e.Approval = &p.approval
+		sc.approval(e.Approval)
 	}
 	if sc.has(`,"aggregate":`) {
 		e.Aggregate = &p.aggregate
@@ -353,6 +358,42 @@ func (sc *scanner) reload(x *event.Reload) {
 	}
 	sc.need(`,"generation":`)
 	x.Generation = sc.uint64()
+	sc.expect('}')
+}
+
+func (sc *scanner) approval(x *event.Approval) {
+	*x = event.Approval{}
+	sc.need(`{"outcome":`)
+	x.Outcome = sc.str()
+	sc.need(`,"id":`)
+	x.ID = sc.str()
+	sc.need(`,"action":`)
+	x.Action = sc.str()
+	sc.need(`,"syscall":`)
+	x.Syscall = sc.str()
+	sc.need(`,"object":`)
+	x.Object = sc.str()
+	sc.need(`,"rule":`)
+	x.Rule = sc.str()
+	if sc.has(`,"by":`) {
+		x.By = sc.nonEmpty()
+	}
+	if sc.has(`,"channel":`) {
+		x.Channel = sc.nonEmpty()
+	}
+	if sc.has(`,"reason":`) {
+		x.Reason = sc.nonEmpty()
+	}
+	if sc.has(`,"latency_ns":`) {
+		x.LatencyNs = sc.int64()
+		sc.check(x.LatencyNs != 0)
+	}
+	sc.need(`,"result":`)
+	x.Result = sc.int64()
+	if sc.has(`,"approvers":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
 	sc.expect('}')
 }
 

@@ -54,6 +54,10 @@ func compile(spec *Spec) (*callEnv, error) {
 		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
 		Seccomp: c.Seccomp,
 	}
+	if c.Approvals != nil {
+		env.init.Approvals = c.Approvals.Filter
+		env.init.ApprovalConnect = c.Approvals.Has(policy.ApproveConnect)
+	}
 	if c.Mode == policy.Enforce {
 		rs := c.Landlock
 		env.init.Landlock = &rs

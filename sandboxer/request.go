@@ -1,6 +1,7 @@
 package sandboxer
 
 import (
+	"github.com/bermsec/berm/agent/approval"
 	"os"
 
 	"github.com/bermsec/berm/agent"
@@ -67,6 +68,8 @@ type Service struct {
 	Agent *agent.Agent
 	Pool  *Pool
 	Init  string
+	// Approvals asks people about the calls' held actions (spec.approvals).
+	Approvals *approval.Broker
 }
 
 // Launch runs one call to its end with the caller's stdio; stops end it early.
@@ -78,7 +81,7 @@ func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan
 	if s.Init == "" {
 		return callproto.Reply{Error: "bermd has no sandbox init (berm-init) to launch calls with", ExitStatus: 125}
 	}
-	spec.Init, spec.Pool, spec.Stops = s.Init, s.Pool, stops
+	spec.Init, spec.Pool, spec.Stops, spec.Approvals = s.Init, s.Pool, stops, s.Approvals
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
 	out, err := Run(spec, Local{Agent: s.Agent})
 	if out == nil {

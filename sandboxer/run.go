@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
@@ -59,6 +60,9 @@ type Spec struct {
 	// PolicyFile, when set, is watched while the call runs: a change to its network section
 	// is applied to the running call atomically (other sections apply to the next call).
 	PolicyFile string
+	// Approvals asks people about the call's held actions; a policy with spec.approvals rules
+	// does not run without one (nobody could approve: every gated action would time out).
+	Approvals *approval.Broker
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -121,6 +125,9 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	env, err := compile(&spec)
 	if err != nil {
 		return nil, err
+	}
+	if env.compiled.Approvals != nil && spec.Approvals == nil {
+		return nil, errors.New("the policy holds actions for approval (spec.approvals) and this launcher has no one to ask")
 	}
 	release, err := claimCallID(spec.Tenant, spec.CallID)
 	if err != nil {
@@ -188,6 +195,9 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	if len(env.init.Seccomp) > 0 {
 		layers = append(layers, event.LayerSeccomp)
+	}
+	if len(env.init.Approvals) > 0 {
+		layers = append(layers, event.LayerApproval)
 	}
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
@@ -277,6 +287,10 @@ type launch struct {
 	creds   []*issued
 	callKey string
 
+	// sup is the call's approval supervisor once it runs: told first why berm ends the call,
+	// so a request the end abandons says why.
+	sup atomic.Pointer[approval.Supervisor]
+
 	mu     sync.Mutex
 	reason event.EndReason // first cap or interruption that ended the call
 	detail string
@@ -296,6 +310,9 @@ func (l *launch) stop(reason event.EndReason, detail string, lim *event.Limit) {
 	}
 	if lim != nil {
 		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: lim})
+	}
+	if sup := l.sup.Load(); sup != nil {
+		sup.Ending(detail)
 	}
 	_ = l.cg.Kill()
 }
@@ -357,6 +374,22 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 		return abort(err)
 	}
 	l.delivered(cmd.Process.Pid)
+	// The approval listener arrives from the init just before the tool executes; the init
+	// closes the channel without one when the tool did not start (or at its end), so this
+	// never outlives the call.
+	var supervisor chan *approval.Supervisor
+	if len(l.env.init.Approvals) > 0 {
+		supervisor = make(chan *approval.Supervisor, 1)
+		fd := sb.cfg
+		sb.cfg = -1
+		go func() {
+			sup := l.supervise(fd, sb)
+			if sup != nil {
+				l.sup.Store(sup)
+			}
+			supervisor <- sup
+		}()
+	}
 
 	done := make(chan struct{})
 	watched := make(chan struct{})
@@ -373,6 +406,18 @@ func (l *launch) run(sb *sandbox, ws int) agent.Result {
 	// The watcher's last look is over before the reason is read: a cap it found as the tool
 	// ended is recorded once, as the call's reason, not found again below.
 	<-watched
+	if supervisor != nil {
+		if sup := <-supervisor; sup != nil {
+			// Requests still waiting end with the call, and say why.
+			l.mu.Lock()
+			why := l.detail
+			l.mu.Unlock()
+			if why == "" {
+				why = "the tool ended"
+			}
+			sup.End(why)
+		}
+	}
 
 	var st sandboxinit.Status
 	statData, _ := io.ReadAll(sb.stat)

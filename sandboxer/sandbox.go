@@ -178,8 +178,11 @@ func (s *sandbox) ready() error {
 // and lets it go once it is in every cgroup of the call.
 func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace int, more ...int) error {
 	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Call: cfg}, append([]int{int(stdin.Fd()), workspace}, more...)...)
-	unix.Close(s.cfg)
-	s.cfg = -1
+	if len(cfg.Approvals) == 0 || err != nil {
+		// With approvals the channel stays open: the approval listener comes back on it.
+		unix.Close(s.cfg)
+		s.cfg = -1
+	}
 	if err != nil {
 		return fmt.Errorf("configure sandbox init: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bermsec/berm/agent/event"
 )
 
@@ -195,8 +197,38 @@ func Describe(e *event.Event) string {
 		return d
 	case e.Credential != nil:
 		return credentialDetail(e.Credential)
+	case e.Approval != nil:
+		return approvalDetail(e.Approval)
 	}
 	return ""
+}
+
+// approvalDetail is an approval event's line: the request, or its outcome with who decided
+// through which channel, why, after how long, and what the held syscall returned.
+func approvalDetail(a *event.Approval) string {
+	what := fmt.Sprintf("%s %s (rule %s, %s)", Safe(a.Action), Safe(a.Object), Safe(a.Rule), Safe(a.Syscall))
+	if a.Outcome == "requested" {
+		return fmt.Sprintf("approval %s requested: %s", Safe(a.ID), what)
+	}
+	d := fmt.Sprintf("approval %s %s: %s", Safe(a.ID), Safe(a.Outcome), what)
+	if a.By != "" {
+		d += " by " + Safe(a.By)
+	}
+	if a.Channel != "" {
+		d += " via " + Safe(a.Channel)
+	}
+	if a.LatencyNs > 0 {
+		d += fmt.Sprintf(" after %s", time.Duration(a.LatencyNs).Round(time.Millisecond))
+	}
+	if a.Reason != "" {
+		d += ": " + Safe(a.Reason)
+	}
+	if a.Result < 0 {
+		d += " -> " + unix.ErrnoName(unix.Errno(-a.Result))
+	} else {
+		d += fmt.Sprintf(" -> %d", a.Result)
+	}
+	return d
 }
 
 // completeness says whether a record's trail is complete, and (long) why not.

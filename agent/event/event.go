@@ -23,13 +23,16 @@ const (
 	KindDrop    Kind = "drop"   // events of the call were lost; Drop says how many and where
 	KindLimit   Kind = "limit"  // the call hit a resource cap; Limit says which
 	KindReload  Kind = "reload" // the policy was reloaded while the call ran (or a reload was refused)
+	// KindApproval is an action held for a person's decision (spec.approvals): its request,
+	// and its decision in a second event with the same Approval.ID.
+	KindApproval Kind = "approval"
 	// KindAggregate stands for events past the call's event budget: counted per kind and
 	// object instead of recorded one by one (they were still judged and seen by the rules).
 	KindAggregate Kind = "aggregate"
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindAggregate, KindCredential}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindApproval, KindAggregate, KindCredential}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
@@ -77,6 +80,8 @@ type Event struct {
 	Drop    *Drop    `json:"drop,omitempty"`
 	Limit   *Limit   `json:"limit,omitempty"`
 	Reload  *Reload  `json:"reload,omitempty"`
+
+	Approval *Approval `json:"approval,omitempty"`
 
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
 
@@ -229,6 +234,29 @@ type Reload struct {
 	Applied    bool   `json:"applied"`          // false when the reload was refused
 	Detail     string `json:"detail,omitempty"` // what changed, or why it was refused
 	Generation uint64 `json:"generation"`       // reloads applied so far in the call, this one included
+}
+
+// Approval is an action of the call held in the kernel for a person's decision: the request
+// (Outcome "requested") and then its end, under the same ID: approved, denied, timeout (no
+// answer: a deny), ended (the call ended while it waited), repeat (the call asked again for an
+// action just denied: denied at once), or covered (allowed by an earlier approval whose
+// count covers it).
+type Approval struct {
+	Outcome string `json:"outcome" ch:"approval_outcome,lc"`           // requested, approved, denied, timeout, ended, repeat, covered
+	ID      string `json:"id" ch:"approval_id"`                        // the request's id (berm approve ID)
+	Action  string `json:"action" ch:"approval_action,lc"`             // unlink, rename, write, exec, connect
+	Syscall string `json:"syscall" ch:"syscall,lc"`                    // the syscall held
+	Object  string `json:"object" ch:"path"`                           // the path (old -> new for a rename), or address:port
+	Rule    string `json:"rule" ch:"rule,lc"`                          // the spec.approvals rule's name
+	By      string `json:"by,omitempty" ch:"approval_by,lc"`           // who decided
+	Channel string `json:"channel,omitempty" ch:"approval_channel,lc"` // api, prompt, broker
+	Reason  string `json:"reason,omitempty"`                           // the decider's reason
+	// LatencyNs is how long the request waited for its decision.
+	LatencyNs int64 `json:"latency_ns,omitempty" ch:"approval_latency_ns"`
+	// Result is what the held syscall returned to the tool (the supervisor performed an
+	// approved action itself): a value, or -errno.
+	Result    int64    `json:"result" ch:"result"`
+	Approvers []string `json:"approvers,omitempty"` // who the rule names as deciders
 }
 
 // Aggregate counts a call's events of one kind and object past its event budget.

@@ -15,6 +15,7 @@ const (
 	LayerLSM          = "bpf-lsm"         // BPF LSM file policy (where the kernel allows trampolines)
 	LayerCapabilities = "capabilities"    // the kernel's capability checks (the call has none)
 	LayerLeftovers    = "leftovers"       // the launcher's sweep of the workspace after the call
+	LayerApproval     = "approval"        // gated syscalls held at a seccomp user notification until a person decides
 )
 
 // Surfaces are the six sandbox surfaces a call is bounded by: every denial, alert and limit is

@@ -59,6 +59,10 @@ type Compiled struct {
 	// of the process (SECCOMP_RET_KILL_PROCESS).
 	Fatal map[uint32]bool
 
+	// Approvals is spec.approvals compiled for the call; nil when it has no rules (or runs in
+	// audit mode, which holds nothing).
+	Approvals *CompiledApprovals
+
 	placeholders [][2]string // canonical path -> placeholder, for a call-independent hash
 }
 
@@ -99,6 +103,7 @@ func (p *Policy) Compile(env CompileEnv) (*Compiled, error) {
 	errs = append(errs, p.compileSeccomp(c)...)
 	errs = append(errs, p.compileNetwork(c)...)
 	errs = append(errs, p.compileFilesystem(c, env)...)
+	errs = append(errs, p.compileApprovals(c, env)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -155,6 +160,20 @@ func (c *Compiled) encode(w io.Writer) {
 	}
 	for _, r := range c.Rules {
 		fmt.Fprintf(w, "rule %d %s %s %s\n", r.ID, r.Layer, q(r.Field), q(c.unplace(r.Text)))
+	}
+	if a := c.Approvals; a != nil {
+		// Only when there are rules: the hashes of policies without approvals stay as they were.
+		fmt.Fprintf(w, "approvals timeout=%d\n", int64(a.Timeout))
+		for _, r := range a.Rules {
+			what := r.Describe()
+			if r.Glob != "" {
+				what = r.Action + " " + c.unplace(r.Glob)
+			}
+			fmt.Fprintf(w, "approval %s %s count=%d approvers=%s\n", q(r.Name), q(what), r.Count, strings.Join(r.Approvers, ","))
+		}
+		for _, in := range a.Filter {
+			fmt.Fprintf(w, "notify-bpf %04x %02x %02x %08x\n", in.Code, in.Jt, in.Jf, in.K)
+		}
 	}
 }
 

@@ -187,6 +187,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		}
 		return nil
 	}
+	if p.Compiled.Approvals.Refused(ev) {
+		return nil // the approval supervisor's answer: it recorded its own denial
+	}
 	switch {
 	case ev.Open != nil:
 		if !audit && ev.Open.Result >= 0 {

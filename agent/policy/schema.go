@@ -84,8 +84,7 @@ func (d *decoder) spec(n *yaml.Node, field string, s *Spec) {
 		},
 		"credentials": func(n *yaml.Node, f string) { list(d, n, f, &s.Credentials, d.credential) },
 		"output":      func(n *yaml.Node, f string) { d.output(n, f, &s.Output) },
-		// Room for later issues: named now so a file using it gets a clear answer.
-		"approvals": func(n *yaml.Node, f string) { d.fail(n, f, "not supported yet (reserved for a later release)") },
+		"approvals":   func(n *yaml.Node, f string) { d.approvals(n, f, &s.Approvals) },
 	}, d.required("mode", "isolation", "resources", "filesystem", "network", "syscalls", "observability", "output")...)
 }
 

@@ -39,6 +39,7 @@ func cloneSpec(s Spec) Spec {
 	c.Filesystem.Exec = slices.Clone(s.Filesystem.Exec)
 	c.Filesystem.Deny = slices.Clone(s.Filesystem.Deny)
 	c.Network.Egress = slices.Clone(s.Network.Egress)
+	c.Approvals.Rules = slices.Clone(s.Approvals.Rules)
 	for i := range c.Network.Egress {
 		c.Network.Egress[i].Ports = slices.Clone(s.Network.Egress[i].Ports)
 	}

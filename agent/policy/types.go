@@ -56,6 +56,8 @@ type Spec struct {
 	Credentials []Credential
 	// Output is what berm redacts from the tool's output.
 	Output Output
+	// Approvals holds irreversible actions until a person decides (approvals.go).
+	Approvals Approvals
 }
 
 // Observability bounds what one call can put in the trail.

@@ -18,6 +18,8 @@ usage:
   berm timeline [flags] CALL_ID       print a call's events in order
   berm matrix [flags]                 the tools x surfaces matrix: each surface's worst state per tool
   berm doctor [--json]                what this kernel lets berm use
+  berm approvals [--json]             actions held for a person's decision (spec.approvals)
+  berm approve|deny ID [--reason T]   decide one
 
 every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
 `

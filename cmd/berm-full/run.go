@@ -61,6 +61,11 @@ func cmdRun(args []string) int {
 		defer term.Close()
 		spec.Stdin, spec.Terminal = term.Master, o.Request.Terminal
 	}
+	var stopApprovals func() error
+	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term); err != nil {
+		return fail("%v", err)
+	}
+	defer stopApprovals()
 	out, err := sandboxer.Run(spec, sandboxer.Local{Agent: a})
 	if term != nil {
 		term.Close()

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/cgroup"
@@ -35,12 +36,17 @@ func main() {
 	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
 	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
 	pprofOn := flag.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (profiles of a bermd whose latency degrades)")
+	approvalsDir := flag.String("approvals-dir", approval.DefaultDir, "directory of the approval API's socket (root-only)")
+	approvalsToken := flag.String("approvals-token", approval.DefaultTokenFile, "the approval API's bearer token file (created root-only when absent)")
+	webhookURL := flag.String("approval-webhook", "", "POST each approval request as signed JSON to this URL (empty: off)")
+	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn}
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -59,6 +65,8 @@ type options struct {
 	warm                                 int
 	idleExit                             time.Duration
 	pprof                                bool
+
+	approvalsDir, approvalsToken, webhookURL, webhookSecret string
 }
 
 func run(log *slog.Logger, o options) error {
@@ -126,7 +134,12 @@ func run(log *slog.Logger, o options) error {
 	}
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
-	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath}
+	approvals, stopApprovals, err := startApprovals(log, reg, o)
+	if err != nil {
+		return err
+	}
+	defer stopApprovals()
+	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
 	phases := daemon.NewPhaseMetrics(reg)
 	srv := &daemon.Server{Launch: svc.Launch, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)

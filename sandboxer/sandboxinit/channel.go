@@ -27,6 +27,54 @@ type Message struct {
 	// call's root; Start then lets the stage go on, once the root is complete.
 	Tool  *toolConfig `json:"tool,omitempty"`
 	Start bool        `json:"start,omitempty"`
+	// Listener goes the other way, tool's stage to init to launcher: its file is the approval
+	// filter's notification listener (sandboxinit.Config.Approvals), owned by the launcher's
+	// supervisor and by nothing in the call.
+	Listener bool `json:"listener,omitempty"`
+	// Connect asks the init to connect the socket sent with the frame to Addr (a sockaddr as
+	// the tool passed it, copied by the approval supervisor), from inside the call's cgroup:
+	// the egress programs judge a connect by the cgroup of the task making it, and the
+	// supervisor's own thread is in none of the call's. Connected is the answer.
+	Connect   *ConnectRequest `json:"connect,omitempty"`
+	Connected *ConnectResult  `json:"connected,omitempty"`
+}
+
+// ConnectRequest is one connect the supervisor performs for the tool.
+type ConnectRequest struct {
+	ID   uint64 `json:"id"`
+	Addr []byte `json:"addr"`
+}
+
+// ConnectResult is its outcome: 0 or an errno.
+type ConnectResult struct {
+	ID    uint64 `json:"id"`
+	Errno int    `json:"errno"`
+}
+
+// Reader reads frames and the files sent with them from a socket.
+type Reader struct{ ch channel }
+
+// NewReader reads frames from fd.
+func NewReader(fd int) *Reader { return &Reader{channel{fd: fd}} }
+
+// Next returns the next frame and its files.
+func (r *Reader) Next() (*Message, []*os.File, error) { return r.ch.next() }
+
+// ReadListener reads the frame carrying the approval filter's listener from fd (the
+// launcher's end of the init's channel). It returns nil, nil when the init closed the channel
+// without one: the tool did not start.
+func ReadListener(r *Reader) (*os.File, error) {
+	m, files, err := r.Next()
+	if err != nil {
+		return nil, nil
+	}
+	if !m.Listener || len(files) != 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("expected the approval listener from the sandbox init, got %d files", len(files))
+	}
+	return files[0], nil
 }
 
 // maxFrame bounds a frame: a config is a few KiB to a few hundred (argv, Landlock rules).
@@ -129,7 +177,7 @@ func (c *channel) next() (*Message, []*os.File, error) {
 			c.arrivals = append(c.arrivals, a)
 		}
 		if n == 0 {
-			return nil, nil, errors.New("the launcher closed without a configuration")
+			return nil, nil, errors.New("the channel closed before a whole frame")
 		}
 		c.buf = append(c.buf, chunk[:n]...)
 	}

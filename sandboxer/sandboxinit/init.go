@@ -74,6 +74,13 @@ type Config struct {
 
 	// Secrets are the brokered credentials delivered as files (secrets.go).
 	Secrets []SecretFile `json:"secrets,omitempty"`
+	// Approvals is the approval filter (policy.CompiledApprovals.Filter): the tool's stage
+	// installs it last, with a listener it sends here, which the init forwards to the
+	// launcher over fd 3 before the tool runs a single instruction.
+	Approvals []unix.SockFilter `json:"approvals,omitempty"`
+	// ApprovalConnect: the approval rules hold connects; the init keeps its channel and
+	// performs the connects the supervisor asks for (Message.Connect) until the call ends.
+	ApprovalConnect bool `json:"approval_connect,omitempty"`
 
 	// Terminal is set when the stdin sent with the config is the call's pty: the tool gets it
 	// as its controlling terminal too, and as stdout and stderr where asked.
@@ -186,7 +193,9 @@ func Main() {
 	}
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
-	unix.Close(3)
+	if len(cfg.Approvals) == 0 {
+		unix.Close(3)
+	}
 	if stage == nil {
 		startStage()
 	}
@@ -231,6 +240,16 @@ func Main() {
 	if err := stage.start(); err != nil {
 		fatal(err.Error())
 	}
+	if len(cfg.Approvals) > 0 {
+		// The listener comes from the stage just before it executes the tool; without it
+		// (the stage failed first) the launcher sees the channel close.
+		forwardListener(stage)
+		if cfg.ApprovalConnect {
+			go serveConnects(3)
+		} else {
+			unix.Close(3)
+		}
+	}
 	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
 	// Landlock domain would add nothing (it opens no file from here on) but the cost of
 	// building it twice.
@@ -269,6 +288,21 @@ func Main() {
 		st.Exited, st.Code = true, ws.ExitStatus()
 		report(st, st.Code)
 	}
+}
+
+// forwardListener passes the approval listener from the tool's stage to the launcher.
+func forwardListener(stage *toolStage) {
+	ch := &channel{fd: int(stage.cfgW.Fd())}
+	m, files, err := ch.next()
+	stage.cfgW.Close()
+	if err != nil || !m.Listener || len(files) != 1 {
+		for _, f := range files {
+			f.Close()
+		}
+		return
+	}
+	_ = SendFrame(3, Message{Listener: true}, int(files[0].Fd()))
+	files[0].Close()
 }
 
 // closeOnExecFrom marks every file descriptor from first up close-on-exec.

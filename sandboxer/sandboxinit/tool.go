@@ -39,6 +39,8 @@ type toolConfig struct {
 	Dir      string            `json:"dir"`
 	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
 	Seccomp  Program           `json:"seccomp,omitempty"`
+	// Approvals is installed last, with a listener sent back on the channel (Config.Approvals).
+	Approvals []unix.SockFilter `json:"approvals,omitempty"`
 	// Terminal: the stdin sent with the configuration is the call's pty; the tool takes it as
 	// its controlling terminal, and as stdout and stderr where the caller's are terminals.
 	Terminal *Terminal `json:"terminal,omitempty"`
@@ -55,6 +57,8 @@ type toolStage struct {
 	cfgW   *os.File // its channel: its configuration and the tool's stdin
 	failed *os.File // "up" once its runtime runs, then a toolFailure if the tool did not start
 	isUp   bool
+	// keepChannel: the approval listener comes back on cfgW once the stage is confined.
+	keepChannel bool
 }
 
 // startTool starts the second stage as the sandbox's identity (hostUID, hostGID). It is
@@ -128,17 +132,21 @@ func (t *toolStage) up() error {
 
 // configure hands the stage the tool's configuration and stdin. It waits for start.
 func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
-	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp, Terminal: cfg.Terminal}
+	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp, Approvals: cfg.Approvals, Terminal: cfg.Terminal}
 	if err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd())); err != nil {
 		return fmt.Errorf("configure the tool's stage: %w", err)
 	}
+	t.keepChannel = len(cfg.Approvals) > 0
 	return nil
 }
 
 // start lets the configured stage go on: it confines itself and executes the tool.
 func (t *toolStage) start() error {
 	err := SendFrame(int(t.cfgW.Fd()), Message{Start: true})
-	t.cfgW.Close()
+	if !t.keepChannel || err != nil {
+		// With approvals the channel stays open: the listener comes back on it.
+		t.cfgW.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("start the tool's stage: %w", err)
 	}
@@ -225,8 +233,10 @@ func toolMain() {
 	if next, more, err := ch.next(); err != nil || !next.Start || len(more) != 0 {
 		exit(125, fmt.Errorf("wait for the launcher's start (%d files): %v", len(more), err))
 	}
-	unix.Close(3)
 	tc := *msg.Tool
+	if len(tc.Approvals) == 0 {
+		unix.Close(3)
+	}
 	if err := unix.Dup3(int(fds[0].Fd()), 0, 0); err != nil {
 		exit(125, fmt.Errorf("the tool's stdin: %w", err))
 	}
@@ -269,6 +279,20 @@ func toolMain() {
 	}
 	if err := seccomp.Install(setIDFilter(), seccomp.NoTSync); err != nil {
 		exit(125, fmt.Errorf("seccomp (no setuid or setgid files): %w", err))
+	}
+	if len(tc.Approvals) > 0 {
+		// Last: from here every gated syscall of this thread, the exec included, waits for
+		// the supervisor. The listener leaves before the tool runs: a tool holding it could
+		// answer its own requests.
+		l, err := seccomp.InstallListener(tc.Approvals)
+		if err != nil {
+			exit(125, fmt.Errorf("seccomp (approvals): %w", err))
+		}
+		if err := SendFrame(3, Message{Listener: true}, l); err != nil {
+			exit(125, fmt.Errorf("send the approval listener: %w", err))
+		}
+		unix.Close(l)
+		unix.Close(3)
 	}
 	err = unix.Exec(path, tc.Argv, tc.Env)
 	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))

@@ -17,6 +17,10 @@ const (
 	Allow       = Action(unix.SECCOMP_RET_ALLOW)
 	Log         = Action(unix.SECCOMP_RET_LOG) // allowed, and logged by the kernel audit subsystem
 	KillProcess = Action(unix.SECCOMP_RET_KILL_PROCESS)
+	// UserNotif holds the syscall and hands it to the filter's listener (a supervisor), which
+	// answers for it. Of two filters' answers the kernel takes the stricter: an errno or a kill
+	// of another filter wins over a notification.
+	UserNotif = Action(unix.SECCOMP_RET_USER_NOTIF)
 )
 
 // Errno fails the syscall with e without running it.
@@ -32,6 +36,8 @@ func (a Action) String() string {
 		return "log"
 	case KillProcess:
 		return "kill"
+	case UserNotif:
+		return "notify"
 	case unix.SECCOMP_RET_ERRNO:
 		return "errno " + unix.ErrnoName(unix.Errno(a&unix.SECCOMP_RET_DATA))
 	}

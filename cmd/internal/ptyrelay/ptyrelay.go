@@ -36,9 +36,12 @@ type Relay struct {
 
 	mu       sync.Mutex
 	restored bool
-	raw      unix.Termios
-	done     chan struct{}
-	stop     sync.Once
+	// asking, while set, takes what the user types instead of the tool (Prompt).
+	asking chan []byte
+	pmu    sync.Mutex // one question at a time
+	raw    unix.Termios
+	done   chan struct{}
+	stop   sync.Once
 }
 
 // IsTerminal says whether f is a terminal.
@@ -156,6 +159,16 @@ func (r *Relay) input() {
 		if n <= 0 {
 			return
 		}
+		r.mu.Lock()
+		ask := r.asking
+		r.mu.Unlock()
+		if ask != nil {
+			select {
+			case ask <- append([]byte(nil), buf[:n]...):
+			default: // typed faster than read: a question needs a few keys only
+			}
+			continue
+		}
 		for off := 0; off < n; {
 			w, err := unix.Write(master, buf[off:n])
 			if err == unix.EINTR {
@@ -206,4 +219,63 @@ func (r *Relay) Close() error {
 	// not waited for; it stops reading the caller's terminal once woken, and the pipe and the
 	// master go with the process.
 	return r.restore()
+}
+
+// Prompt asks the user a question at the caller's terminal, as sudo asks for a password:
+// while it waits, what the user types answers it and does not reach the tool. It returns the
+// line typed (Enter ends it, Ctrl-C answers with an empty line), or false when abandon closed
+// first (the question was answered elsewhere) or the relay stopped. Questions are put one at
+// a time.
+func (r *Relay) Prompt(question string, abandon <-chan struct{}) (string, bool) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	select {
+	case <-abandon:
+		return "", false
+	default:
+	}
+	keys := make(chan []byte, 16)
+	r.mu.Lock()
+	if r.restored {
+		r.mu.Unlock()
+		return "", false
+	}
+	r.asking = keys
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.asking = nil
+		r.mu.Unlock()
+	}()
+	say := func(s string) { _, _ = unix.Write(r.caller, []byte(s)) }
+	say(question)
+	var line []byte
+	for {
+		select {
+		case <-abandon:
+			say(" (answered elsewhere)\r\n")
+			return "", false
+		case <-r.done:
+			return "", false
+		case b := <-keys:
+			for _, c := range b {
+				switch {
+				case c == '\r' || c == '\n':
+					say("\r\n")
+					return string(line), true
+				case c == 3: // Ctrl-C
+					say("^C\r\n")
+					return "", true
+				case c == 0x7f || c == 0x08:
+					if len(line) > 0 {
+						line = line[:len(line)-1]
+						say("\b \b")
+					}
+				case c >= 0x20 && c < 0x7f && len(line) < 256:
+					line = append(line, c)
+					say(string(c))
+				}
+			}
+		}
+	}
 }

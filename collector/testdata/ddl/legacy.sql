@@ -141,3 +141,17 @@ ALTER TABLE berm.calls ADD COLUMN surface_states Array(String);
 ALTER TABLE berm.calls ADD COLUMN surface_layers Array(Array(String));
 
 ALTER TABLE berm.calls ADD COLUMN surface_violations Array(UInt64);
+
+-- migration 0008 add_approval
+
+ALTER TABLE berm.events ADD COLUMN approval_outcome String;
+
+ALTER TABLE berm.events ADD COLUMN approval_id String;
+
+ALTER TABLE berm.events ADD COLUMN approval_action String;
+
+ALTER TABLE berm.events ADD COLUMN approval_by String;
+
+ALTER TABLE berm.events ADD COLUMN approval_channel String;
+
+ALTER TABLE berm.events ADD COLUMN approval_latency_ns Int64;

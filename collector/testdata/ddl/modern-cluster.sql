@@ -176,3 +176,29 @@ ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_states A
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_layers Array(Array(String));
 
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);
+
+-- migration 0008 add_approval
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_outcome LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_id String;
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_action LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_by LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_channel LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_outcome LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_id String;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_action LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_by LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_channel LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;

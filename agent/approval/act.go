@@ -1,0 +1,488 @@
+package approval
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/agent/policy/landlock"
+)
+
+// How the race on a held syscall's pointer arguments is closed, kind by kind:
+//
+//   - unlink, unlinkat, rmdir, rename, renameat, renameat2, open/openat/creat for writing,
+//     truncate: the path is read once from /proc/TID/mem into the supervisor's memory, the
+//     notification is checked still pending (ID_VALID: the thread, hence the memory, is the
+//     one that asked), and from then on only that copy is used. The supervisor resolves it
+//     itself, from the tool's own root (chroot to /proc/TID/root on a thread of its own) and
+//     its cwd or dirfd (/proc/TID/cwd, pidfd_getfd), to an open directory and a name; a person
+//     is asked about that directory's path and the name; the approved action is done on that
+//     open directory and name (unlinkat, renameat2, openat2 of the one name with
+//     RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH), as the tool's ids (setfsuid/setfsgid, no groups,
+//     no capabilities) under the tool's Landlock domain, and the syscall is answered with its
+//     result (an opened file through ADDFD). SECCOMP_USER_NOTIF_FLAG_CONTINUE is never used:
+//     a thread rewriting the path while the request waits changes memory nobody reads again.
+//   - connect: the address is copied the same way; the supervisor connects the tool's own
+//     socket (pidfd_getfd) to the copied address and answers with the result. The socket keeps
+//     its cgroup, so the cgroup-sock egress programs judge this connect as the tool's, and the
+//     acting thread's Landlock domain applies the tool's TCP rules. (One-shot allow in the
+//     cgroup layer was the alternative; it would need a new map and still re-read the address
+//     from the tool's memory at the hook, where it can have changed.)
+//
+// Syscalls no rule gates (a write outside every glob) are performed the same way, at once:
+// answering them with CONTINUE would let a thread swap a gated path in after the check.
+
+// actionLink is a link held for write rules (a second name for a write-gated file); it is
+// asked about as a write.
+const actionLink = "link"
+
+// fdInstalled is what perform returns when ADDFD already answered the syscall.
+const fdInstalled = math.MinInt64
+
+// prepare reads the held syscall's arguments, takes the tool's root, cwd and file
+// descriptors, confines this thread as the tool (jail), resolves the objects and finds the
+// rule that gates them. A non-zero errno answers the syscall with it.
+func (s *Supervisor) prepare(o *op) unix.Errno {
+	tid := int(o.n.PID)
+	args := o.n.Data.Args
+	proc := "/proc/" + strconv.Itoa(tid)
+	mem, err := os.Open(proc + "/mem")
+	if err != nil {
+		return unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { mem.Close() })
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { unix.Close(root) })
+	tgid, umask, err := procStatus(proc)
+	if err != nil {
+		return unix.EPERM
+	}
+	o.tgid = tgid
+	pidfd, err := unix.PidfdOpen(tgid, 0)
+	if err != nil {
+		return unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { unix.Close(pidfd) })
+	str := func(addr uint64) (string, unix.Errno) { return readString(mem, addr) }
+	// dir is the directory a relative path starts from: the thread's cwd, or its dirfd.
+	dir := func(fd uint64) (int, unix.Errno) {
+		var d int
+		var err error
+		if int32(fd) == unix.AT_FDCWD {
+			d, err = unix.Open(proc+"/cwd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		} else {
+			d, err = unix.PidfdGetfd(pidfd, int(int32(fd)), 0)
+		}
+		if err != nil {
+			return -1, unix.EBADF
+		}
+		o.cleanup = append(o.cleanup, func() { unix.Close(d) })
+		return d, 0
+	}
+	type pathArg struct {
+		dirfd, addr uint64
+	}
+	var pa []pathArg
+	var flags, mode, length uint64
+	atCWD := int32(unix.AT_FDCWD)
+	cwd := uint64(uint32(atCWD))
+	switch o.name {
+	case "unlink":
+		pa, o.action = []pathArg{{cwd, args[0]}}, policy.ApproveUnlink
+	case "rmdir":
+		pa, o.action, flags = []pathArg{{cwd, args[0]}}, policy.ApproveUnlink, unix.AT_REMOVEDIR
+	case "unlinkat":
+		pa, o.action, flags = []pathArg{{args[0], args[1]}}, policy.ApproveUnlink, args[2]
+		if flags&^unix.AT_REMOVEDIR != 0 {
+			return unix.EINVAL
+		}
+	case "rename":
+		pa, o.action = []pathArg{{cwd, args[0]}, {cwd, args[1]}}, policy.ApproveRename
+	case "renameat":
+		pa, o.action = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename
+	case "renameat2":
+		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename, args[4]
+	case "link":
+		pa, o.action = []pathArg{{cwd, args[0]}, {cwd, args[1]}}, actionLink
+	case "linkat":
+		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, actionLink, args[4]
+		if flags&^unix.AT_SYMLINK_FOLLOW != 0 {
+			// AT_EMPTY_PATH links a descriptor's file by no path: nothing to show a person.
+			return unix.EPERM
+		}
+	case "open":
+		pa, o.action, flags, mode = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1], args[2]
+	case "openat":
+		pa, o.action, flags, mode = []pathArg{{args[0], args[1]}}, policy.ApproveWrite, args[2], args[3]
+	case "creat":
+		pa, o.action, flags, mode = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC, args[1]
+	case "truncate":
+		pa, o.action, length = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1]
+	case "connect":
+		return s.prepareConnect(o, mem, pidfd, root, umask)
+	default:
+		return unix.ENOSYS
+	}
+	// Read every argument before anything else, then check the thread still waits: only
+	// then is what was read this syscall's.
+	paths := make([]string, len(pa))
+	starts := make([]int, len(pa))
+	for i, a := range pa {
+		p, e := str(a.addr)
+		if e != 0 {
+			return e
+		}
+		paths[i] = p
+		if !strings.HasPrefix(p, "/") {
+			d, e := dir(a.dirfd)
+			if e != 0 {
+				return e
+			}
+			starts[i] = d
+		}
+	}
+	if !idValid(s.fd, o.n.ID) {
+		return unix.ESRCH
+	}
+	if err := s.jail(root, umask); err != nil {
+		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
+		return unix.EPERM
+	}
+	locs := make([]loc, len(paths))
+	for i, p := range paths {
+		follow := o.action == policy.ApproveWrite && flags&unix.O_NOFOLLOW == 0 && flags&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL
+		if o.action == actionLink {
+			follow = i == 0 && flags&unix.AT_SYMLINK_FOLLOW != 0
+		}
+		l, e := resolve(starts[i], p, follow)
+		if e != 0 {
+			return e
+		}
+		o.cleanup = append(o.cleanup, l.close)
+		locs[i] = l
+		o.paths = append(o.paths, l.path)
+	}
+	switch o.action {
+	case policy.ApproveUnlink:
+		o.object = locs[0].path
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return r.Action == policy.ApproveUnlink && policy.MatchGlob(r.Glob, o.object)
+		})
+		l := locs[0]
+		o.perform = func() (int64, unix.Errno) { return 0, errnoOf(unix.Unlinkat(l.dir, l.name, int(flags))) }
+	case actionLink:
+		o.object = locs[0].path + " => " + locs[1].path
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return r.Action == policy.ApproveWrite && (policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
+		})
+		o.action = policy.ApproveWrite
+		a, b := locs[0], locs[1]
+		o.perform = func() (int64, unix.Errno) {
+			return 0, errnoOf(unix.Linkat(a.dir, a.name, b.dir, b.name, 0))
+		}
+	case policy.ApproveRename:
+		o.object = locs[0].path + " -> " + locs[1].path
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink || r.Action == policy.ApproveWrite) &&
+				(policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
+		})
+		a, b := locs[0], locs[1]
+		o.perform = func() (int64, unix.Errno) {
+			return 0, errnoOf(unix.Renameat2(a.dir, a.name, b.dir, b.name, uint(flags)))
+		}
+	case policy.ApproveWrite:
+		o.object = locs[0].path
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return r.Action == policy.ApproveWrite && policy.MatchGlob(r.Glob, o.object)
+		})
+		l := locs[0]
+		if o.name == "truncate" {
+			o.perform = func() (int64, unix.Errno) {
+				fd, err := openBeneath(l, unix.O_WRONLY, 0)
+				if err != nil {
+					return 0, errnoOf(err)
+				}
+				defer unix.Close(fd)
+				return 0, errnoOf(unix.Ftruncate(fd, int64(length)))
+			}
+			break
+		}
+		o.perform = func() (int64, unix.Errno) {
+			fd, err := openBeneath(l, int(flags), uint32(mode))
+			if err != nil {
+				return 0, errnoOf(err)
+			}
+			defer unix.Close(fd)
+			if _, err := addFD(s.fd, o.n.ID, fd, flags&unix.O_CLOEXEC != 0); err != nil {
+				return 0, errnoOf(err)
+			}
+			return fdInstalled, 0
+		}
+	}
+	return 0
+}
+
+func (s *Supervisor) prepareConnect(o *op, mem *os.File, pidfd, root, umask int) unix.Errno {
+	args := o.n.Data.Args
+	o.action = policy.ApproveConnect
+	size := args[2]
+	if size > 128 || size < 2 {
+		return unix.EINVAL
+	}
+	buf := make([]byte, size)
+	if _, err := mem.ReadAt(buf, int64(args[1])); err != nil {
+		return unix.EFAULT
+	}
+	sock, err := unix.PidfdGetfd(pidfd, int(int32(args[0])), 0)
+	if err != nil {
+		return unix.EBADF
+	}
+	o.cleanup = append(o.cleanup, func() { unix.Close(sock) })
+	if !idValid(s.fd, o.n.ID) {
+		return unix.ESRCH
+	}
+	if err := s.jail(root, umask); err != nil {
+		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
+		return unix.EPERM
+	}
+	addr, port, ok := inetAddr(buf)
+	if ok {
+		o.object = netip.AddrPortFrom(addr, port).String()
+		o.rule = s.match(func(r *policy.ApprovalRule) bool {
+			return r.Action == policy.ApproveConnect && r.CIDR.Contains(addr) && (r.Port == 0 || r.Port == port)
+		})
+	}
+	o.perform = func() (int64, unix.Errno) {
+		if ok {
+			// An inet connect goes through the init, in the call's cgroup: the egress programs
+			// judge by the current task's cgroup, and this thread is in none of the call's.
+			if s.cfg.ConnectInet == nil {
+				return 0, unix.EPERM
+			}
+			return 0, s.cfg.ConnectInet(sock, buf)
+		}
+		// Other families (unix sockets): no cgroup hook judges them; this thread does it as
+		// the tool, from the tool's root (a socket path resolves there).
+		_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(sock), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+		return 0, e
+	}
+	return 0
+}
+
+func inetAddr(b []byte) (netip.Addr, uint16, bool) {
+	fam := binary.LittleEndian.Uint16(b)
+	switch {
+	case fam == unix.AF_INET && len(b) >= 8:
+		return netip.AddrFrom4([4]byte(b[4:8])), binary.BigEndian.Uint16(b[2:4]), true
+	case fam == unix.AF_INET6 && len(b) >= 24:
+		return netip.AddrFrom16([16]byte(b[8:24])).Unmap(), binary.BigEndian.Uint16(b[2:4]), true
+	}
+	return netip.Addr{}, 0, false
+}
+
+func (s *Supervisor) match(f func(r *policy.ApprovalRule) bool) *policy.ApprovalRule {
+	for i := range s.cfg.Rules.Rules {
+		if r := &s.cfg.Rules.Rules[i]; f(r) {
+			return r
+		}
+	}
+	return nil
+}
+
+// jail makes this thread act as the tool: its root (a chroot on a file system context of the
+// thread's own), its umask, its ids with no supplementary group and no capability, and its
+// Landlock domain. The thread is never given back to the runtime (handle never unlocks it).
+func (s *Supervisor) jail(root, umask int) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Fchdir(root); err != nil {
+		return fmt.Errorf("enter the call's root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot to the call's root: %w", err)
+	}
+	unix.Umask(umask)
+	// Per thread: the raw syscalls (syscall.Setgroups would change every thread of bermd).
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("drop groups: %w", e)
+	}
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(s.cfg.Call.HostGID), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(s.cfg.Call.HostUID), 0, 0)
+	if g, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0); uint32(g) != s.cfg.Call.HostGID {
+		return fmt.Errorf("setfsgid %d did not take", s.cfg.Call.HostGID)
+	}
+	if u, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); uint32(u) != s.cfg.Call.HostUID {
+		return fmt.Errorf("setfsuid %d did not take", s.cfg.Call.HostUID)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	if rs := s.cfg.Call.Landlock; rs != nil {
+		if err := landlock.Restrict(*rs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loc is a resolved path: an open directory and a name in it, and the path a person reads.
+type loc struct {
+	dir  int
+	name string
+	path string
+}
+
+func (l loc) close() { unix.Close(l.dir) }
+
+// resolve opens p's directory from start (p relative) or the thread's root (p absolute), as
+// the tool would walk it: symbolic links in the directory part are followed, confined to the
+// tool's root by the thread's chroot. With follow, a symbolic link as the last name is
+// followed too (what open does), up to the kernel's 40 links.
+func resolve(start int, p string, follow bool) (loc, unix.Errno) {
+	for links := 0; ; links++ {
+		l, e := resolveOnce(start, p)
+		if e != 0 || !follow {
+			return l, e
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(l.dir, l.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			return l, 0
+		}
+		if links >= 40 {
+			l.close()
+			return loc{}, unix.ELOOP
+		}
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(l.dir, l.name, buf)
+		if err != nil {
+			l.close()
+			return loc{}, errnoOf(err)
+		}
+		// The target is relative to the link's directory: that directory stays open until
+		// the next round has resolved from it.
+		prev := l
+		start, p = l.dir, string(buf[:n])
+		defer prev.close()
+	}
+}
+
+func resolveOnce(start int, p string) (loc, unix.Errno) {
+	if p == "" {
+		return loc{}, unix.ENOENT
+	}
+	trimmed := strings.TrimRight(p, "/")
+	if trimmed == "" {
+		return loc{}, unix.EBUSY // the root itself
+	}
+	dirPart, name := ".", trimmed
+	if i := strings.LastIndexByte(trimmed, '/'); i >= 0 {
+		dirPart, name = trimmed[:i], trimmed[i+1:]
+		if dirPart == "" {
+			dirPart = "/"
+		}
+	}
+	if name == "." || name == ".." {
+		dirPart, name = trimmed, "."
+	}
+	if strings.HasPrefix(dirPart, "/") {
+		start = unix.AT_FDCWD // absolute: the thread's root (its cwd is not used)
+	}
+	fd, err := unix.Openat2(start, dirPart, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return loc{}, errnoOf(err)
+	}
+	if err := unix.Fchdir(fd); err != nil {
+		unix.Close(fd)
+		return loc{}, errnoOf(err)
+	}
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Getcwd(buf)
+	if err != nil || n < 2 || buf[0] != '/' {
+		unix.Close(fd)
+		return loc{}, unix.ENOENT // not under the call's root
+	}
+	dirPath := string(buf[:n-1])
+	full := path.Join(dirPath, name)
+	return loc{dir: fd, name: name, path: full}, 0
+}
+
+// openBeneath opens the one name in l's directory with the tool's flags, refusing a symbolic
+// link there: the name was resolved (links followed) when the person was asked, and a link
+// put in its place since would lead elsewhere.
+func openBeneath(l loc, flags int, mode uint32) (int, error) {
+	return unix.Openat2(l.dir, l.name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode & 0o7777),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+}
+
+func errnoOf(err error) unix.Errno {
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(unix.Errno); ok {
+		return e
+	}
+	return unix.EIO
+}
+
+// readString reads a NUL-terminated string of at most PATH_MAX bytes at addr.
+func readString(mem *os.File, addr uint64) (string, unix.Errno) {
+	if addr == 0 {
+		return "", unix.EFAULT
+	}
+	var out []byte
+	buf := make([]byte, 256)
+	for len(out) < unix.PathMax {
+		n, err := mem.ReadAt(buf, int64(addr)+int64(len(out)))
+		if n == 0 && err != nil {
+			return "", unix.EFAULT
+		}
+		if i := strings.IndexByte(string(buf[:n]), 0); i >= 0 {
+			return string(append(out, buf[:i]...)), 0
+		}
+		out = append(out, buf[:n]...)
+	}
+	return "", unix.ENAMETOOLONG
+}
+
+// procStatus reads a thread's process id and umask.
+func procStatus(proc string) (tgid, umask int, err error) {
+	f, err := os.Open(proc + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	umask = 0o022
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Tgid":
+			tgid, _ = strconv.Atoi(v)
+		case "Umask":
+			if m, err := strconv.ParseUint(v, 8, 32); err == nil {
+				umask = int(m)
+			}
+		}
+	}
+	if tgid == 0 {
+		return 0, 0, fmt.Errorf("%s/status: no Tgid", proc)
+	}
+	return tgid, umask, nil
+}

@@ -1,0 +1,239 @@
+// Package approval holds irreversible actions of a tool call until a person decides: the
+// supervisor (supervise.go) takes the call's gated syscalls from a seccomp user notification,
+// the Broker asks (the local API, a webhook, a terminal prompt) and waits for an answer or the
+// timeout, and the supervisor performs what was approved itself on the arguments it read and
+// validated, never letting the kernel re-read the tool's memory.
+package approval
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a request.
+const (
+	Approved = "approved"
+	Denied   = "denied"
+	Timeout  = "timeout" // nobody answered in time: a deny
+	Ended    = "ended"   // the call ended (a cap, an interruption) while the request waited
+	Repeated = "repeat"  // the call asked again for an action just denied: denied at once
+)
+
+// Channels a decision came through.
+const (
+	ChannelAPI    = "api"    // the local HTTP API (berm approve/deny use it)
+	ChannelPrompt = "prompt" // the terminal prompt of an embedded `berm run`
+	ChannelBroker = "broker" // no person: the timeout, the call's end, a repeat
+)
+
+// Request is one pending action, as a person is asked about it.
+type Request struct {
+	ID        string    `json:"id"`
+	CallID    string    `json:"call"`
+	Tenant    string    `json:"tenant"`
+	Tool      string    `json:"tool"`
+	Action    string    `json:"action"`  // policy.Approve*: unlink, rename, write, exec, connect
+	Syscall   string    `json:"syscall"` // the syscall held
+	Object    string    `json:"object"`  // the path (old -> new for a rename), or address:port
+	Rule      string    `json:"rule"`
+	Approvers []string  `json:"approvers,omitempty"`
+	PID       uint32    `json:"pid"`
+	Created   time.Time `json:"created"`
+	Deadline  time.Time `json:"deadline"`
+
+	done chan Decision
+}
+
+// Age is how long the request has waited.
+func (r *Request) Age(now time.Time) time.Duration { return now.Sub(r.Created) }
+
+// Decision is the answer to a request.
+type Decision struct {
+	Outcome string        `json:"outcome"`
+	By      string        `json:"by,omitempty"`
+	Channel string        `json:"channel"`
+	Reason  string        `json:"reason,omitempty"`
+	Latency time.Duration `json:"latency"`
+}
+
+// Allowed says whether the action may happen.
+func (d Decision) Allowed() bool { return d.Outcome == Approved }
+
+// Broker is the node's pending requests, for every call of this process (bermd's calls, or
+// the embedded agent's one). It is safe for concurrent use.
+type Broker struct {
+	log     *slog.Logger
+	metrics *metrics
+	hook    *Webhook
+	prompt  Prompter
+
+	mu      sync.Mutex
+	pending map[string]*Request
+}
+
+// Config configures a Broker.
+type Config struct {
+	Log      *slog.Logger
+	Registry prometheus.Registerer // the process's dedicated registry; nil: no metrics
+	Webhook  *Webhook              // nil: none
+	// Prompt asks a person at a terminal (the embedded default with a tty); nil: none.
+	Prompt Prompter
+}
+
+// Prompter asks a person about a request and returns their answer (and who gave it), or
+// false when the question could not be put or was abandoned (decided elsewhere, or the call
+// ended).
+type Prompter interface {
+	Ask(r *Request, abandon <-chan struct{}) (approve bool, by, reason string, ok bool)
+}
+
+// New makes a Broker.
+func New(cfg Config) (*Broker, error) {
+	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, pending: map[string]*Request{}}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registry, b.count)
+	if err != nil {
+		return nil, err
+	}
+	b.metrics = m
+	return b, nil
+}
+
+// Close abandons nothing: a pending request ends with its call (or its timeout).
+func (b *Broker) Close() error { return nil }
+
+func (b *Broker) count() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return float64(len(b.pending))
+}
+
+func newID() string {
+	var buf [6]byte
+	_, _ = rand.Read(buf[:])
+	return hex.EncodeToString(buf[:])
+}
+
+// Ask holds r until a decision, the timeout (a deny), or abandon closing (the call ended).
+// The returned Decision is final.
+func (b *Broker) Ask(r *Request, timeout time.Duration, abandon <-chan struct{}) Decision {
+	return b.AskWith(r, timeout, abandon, nil)
+}
+
+// AskWith is Ask with registered called once r has its id, before anyone is asked (the
+// request's event goes into the trail before its decision can).
+func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struct{}, registered func(*Request)) Decision {
+	r.ID = newID()
+	r.Created = time.Now()
+	r.Deadline = r.Created.Add(timeout)
+	r.done = make(chan Decision, 1)
+	if registered != nil {
+		registered(r)
+	}
+	b.mu.Lock()
+	b.pending[r.ID] = r
+	b.mu.Unlock()
+	b.metrics.requests.Inc()
+	b.log.Info("approval requested", "id", r.ID, "call", r.CallID, "tenant", r.Tenant, "action", r.Action, "object", r.Object, "rule", r.Rule)
+	if b.hook != nil {
+		b.hook.Send(*r)
+	}
+	stopPrompt := make(chan struct{})
+	defer close(stopPrompt)
+	if b.prompt != nil {
+		go func() {
+			gone := make(chan struct{})
+			go func() {
+				select {
+				case <-stopPrompt:
+				case <-abandon:
+				}
+				close(gone)
+			}()
+			if ok, by, reason, asked := b.prompt.Ask(r, gone); asked {
+				outcome := Denied
+				if ok {
+					outcome = Approved
+				}
+				_ = b.decide(r.ID, Decision{Outcome: outcome, By: by, Channel: ChannelPrompt, Reason: reason})
+			}
+		}()
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var d Decision
+	select {
+	case d = <-r.done:
+	case <-timer.C:
+		d = b.settle(r, Decision{Outcome: Timeout, Channel: ChannelBroker, Reason: fmt.Sprintf("no answer in %s", timeout)})
+	case <-abandon:
+		d = b.settle(r, Decision{Outcome: Ended, Channel: ChannelBroker, Reason: "the call ended while the request waited"})
+	}
+	return d
+}
+
+// settle ends r with d unless a decision got there first (which then stands).
+func (b *Broker) settle(r *Request, d Decision) Decision {
+	if err := b.decide(r.ID, d); err != nil {
+		return <-r.done
+	}
+	return <-r.done
+}
+
+// ErrUnknown is a decision about no pending request (decided already, or never asked).
+var ErrUnknown = errors.New("no pending approval with this id")
+
+// Decide answers a pending request: approve or deny, by whom, with a reason.
+func (b *Broker) Decide(id string, approve bool, by, channel, reason string) error {
+	outcome := Denied
+	if approve {
+		outcome = Approved
+	}
+	return b.decide(id, Decision{Outcome: outcome, By: by, Channel: channel, Reason: reason})
+}
+
+func (b *Broker) decide(id string, d Decision) error {
+	b.mu.Lock()
+	r, ok := b.pending[id]
+	if ok {
+		delete(b.pending, id)
+	}
+	b.mu.Unlock()
+	if !ok {
+		return ErrUnknown
+	}
+	d.Latency = time.Since(r.Created)
+	b.metrics.observe(d)
+	b.log.Info("approval decided", "id", id, "call", r.CallID, "outcome", d.Outcome, "by", d.By, "channel", d.Channel, "latency", d.Latency)
+	r.done <- d
+	return nil
+}
+
+// Repeat records an immediate deny that never waited (a repeat of a denied action).
+func (b *Broker) Repeat() {
+	b.metrics.observe(Decision{Outcome: Repeated, Channel: ChannelBroker})
+}
+
+// List returns the pending requests, oldest first.
+func (b *Broker) List() []Request {
+	b.mu.Lock()
+	out := make([]Request, 0, len(b.pending))
+	for _, r := range b.pending {
+		c := *r
+		c.done = nil
+		out = append(out, c)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(out, func(a, b Request) int { return a.Created.Compare(b.Created) })
+	return out
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bermsec/berm/agent/approval"
+	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/cmd/internal/ptyrelay"
+	"github.com/bermsec/berm/sandboxer"
+)
+
+func init() {
+	extraCommands["approvals"] = cmdApprovals
+	extraCommands["approve"] = func(args []string) int { return cmdDecide(args, true) }
+	extraCommands["deny"] = func(args []string) int { return cmdDecide(args, false) }
+}
+
+// embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
+// its own while the call runs, when the call's policy holds actions for approval. stop ends
+// the API (nil broker: nothing to stop).
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay) (b *approval.Broker, stop func() error, err error) {
+	stop = func() error { return nil }
+	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
+		return nil, stop, nil
+	}
+	// With a terminal, the person at it is asked (as sudo asks); without one, a line on
+	// stderr says how to decide from another terminal.
+	var prompt approval.Prompter = stderrNotice{}
+	if term != nil {
+		prompt = ttyPrompt{term}
+	}
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt}); err != nil {
+		return nil, stop, err
+	}
+	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
+	if err != nil {
+		return nil, stop, err
+	}
+	_, stop, err = approval.Serve(b, token, envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "run-"+strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return nil, func() error { return nil }, err
+	}
+	return b, stop, nil
+}
+
+// ttyPrompt asks at the caller's terminal.
+type ttyPrompt struct{ relay *ptyrelay.Relay }
+
+func (p ttyPrompt) Ask(r *approval.Request, abandon <-chan struct{}) (bool, string, string, bool) {
+	q := fmt.Sprintf("\r\n[berm] tool %s wants to %s %s (rule %s, request %s).\r\n[berm] Allow? [y/N] ",
+		r.Tool, r.Action, r.Object, r.Rule, r.ID)
+	line, ok := p.relay.Prompt(q, abandon)
+	if !ok {
+		return false, "", "", false
+	}
+	line = strings.ToLower(strings.TrimSpace(line))
+	return line == "y" || line == "yes", whoAmI(), "answered at the terminal", true
+}
+
+// stderrNotice asks nobody: it says on stderr that a request waits and how to decide it.
+type stderrNotice struct{}
+
+func (stderrNotice) Ask(r *approval.Request, _ <-chan struct{}) (bool, string, string, bool) {
+	fmt.Fprintf(os.Stderr, "berm: waiting for approval %s: %s %s (rule %s); decide with berm approve %s or berm deny %s (no answer by %s denies)\n",
+		r.ID, r.Action, r.Object, r.Rule, r.ID, r.ID, r.Deadline.Format(time.TimeOnly))
+	return false, "", "", false
+}
+
+func whoAmI() string {
+	for _, k := range []string{"SUDO_USER", "USER"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
+	dir := fs.String("dir", envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "directory of the approval API sockets")
+	tokenFile := fs.String("token", envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile), "the API's bearer token file (root-only)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	tok, err := approval.ReadToken(*tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &approval.Client{Dir: *dir, Token: tok}, nil
+}
+
+// berm approvals [--json]: what is pending, for every process holding requests.
+func cmdApprovals(args []string) int {
+	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	c, err := approvalClient(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		return fail("%v", err)
+	}
+	list, err := c.List()
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(list)
+		return 0
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tCALL\tTENANT\tTOOL\tACTION\tOBJECT\tRULE\tAGE")
+	for _, p := range list {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.CallID, p.Tenant, p.Tool, p.Action, p.Object, p.Rule,
+			time.Duration(p.AgeSeconds*float64(time.Second)).Round(time.Second))
+	}
+	w.Flush()
+	return 0
+}
+
+// berm approve|deny ID [--reason TEXT]
+func cmdDecide(args []string, approve bool) int {
+	name := "deny"
+	if approve {
+		name = "approve"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	reason := fs.String("reason", "", "why (recorded in the trail)")
+	by := fs.String("by", "", "who decides (default: the user running berm)")
+	// The id may come before or after the flags.
+	var id string
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	c, err := approvalClient(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		return fail("%v", err)
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	}
+	if id == "" {
+		return fail("usage: berm %s ID [--reason TEXT]", name)
+	}
+	who := *by
+	if who == "" {
+		who = whoAmI()
+	}
+	if err := c.Decide(id, approve, who, *reason); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
