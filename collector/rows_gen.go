@@ -24,10 +24,11 @@ type parts struct {
 	Limit     *event.Limit     `json:"limit,omitempty"`
 	Reload    *event.Reload    `json:"reload,omitempty"`
 	Aggregate *event.Aggregate `json:"aggregate,omitempty"`
+	DNS       *event.DNS       `json:"dns,omitempty"`
 }
 
 func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Aggregate}
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Aggregate, e.DNS}
 }
 
 func (p parts) setOn(e *event.Event) {
@@ -43,35 +44,38 @@ func (p parts) setOn(e *event.Event) {
 	e.Limit = p.Limit
 	e.Reload = p.Reload
 	e.Aggregate = p.Aggregate
+	e.DNS = p.DNS
 }
 
 // eventRow is an event as the events table (and, for a part with a table of its own, that
 // table) stores it: decoding makes these on several goroutines, batches add them in journal order.
 type eventRow struct {
-	callID    string
-	callKey   string
-	seq       uint64
-	time      time.Time // UTC
-	kind      string
-	tool      string
-	tenant    string
-	pid       uint32
-	tid       uint32
-	ppid      uint32
-	uid       uint32
-	comm      string
-	exe       string
-	parentExe string
-	phase     string
-	path      string
-	result    int64
-	errno     string
-	addr      [16]byte
-	port      uint16
-	syscall   string
-	rule      string
-	detail    string       // the parts as JSON (partsOf)
-	alert     *event.Alert // for an alert, its row in the alerts table
+	callID     string
+	callKey    string
+	seq        uint64
+	time       time.Time // UTC
+	kind       string
+	tool       string
+	tenant     string
+	pid        uint32
+	tid        uint32
+	ppid       uint32
+	uid        uint32
+	comm       string
+	exe        string
+	parentExe  string
+	phase      string
+	path       string
+	result     int64
+	errno      string
+	addr       [16]byte
+	port       uint16
+	syscall    string
+	rule       string
+	dnsType    string
+	dnsVerdict string
+	detail     string       // the parts as JSON (partsOf)
+	alert      *event.Alert // for an alert, its row in the alerts table
 }
 
 // rowOf makes an event's row; detail is its parts as JSON. The columns that parts fill come
@@ -123,6 +127,12 @@ func rowOf(e *event.Event, detail string) eventRow {
 		r.path = e.Denial.Object
 	case e.Alert != nil:
 		r.rule = e.Alert.RuleID
+	case e.DNS != nil:
+		r.path = e.DNS.Name
+		r.dnsType = e.DNS.Type
+		r.errno = e.DNS.Rcode
+		r.dnsVerdict = e.DNS.Verdict
+		r.rule = e.DNS.Rule
 	}
 	if e.Kind == event.KindAlert {
 		r.alert = e.Alert
@@ -133,30 +143,32 @@ func rowOf(e *event.Event, detail string) eventRow {
 // eventRows are the events table's rows, column by column (clickhouse-go appends a typed
 // slice per column far faster than row by row).
 type eventRows struct {
-	callID    []string
-	callKey   []string
-	seq       []uint64
-	time      []time.Time
-	timeNs    []uint32 // legacy: nanoseconds within the second
-	kind      []string
-	tool      []string
-	tenant    []string
-	pid       []uint32
-	tid       []uint32
-	ppid      []uint32
-	uid       []uint32
-	comm      []string
-	exe       []string
-	parentExe []string
-	phase     []string
-	path      []string
-	result    []int64
-	errno     []string
-	addr      [][16]byte
-	port      []uint16
-	syscall   []string
-	rule      []string
-	detail    []string
+	callID     []string
+	callKey    []string
+	seq        []uint64
+	time       []time.Time
+	timeNs     []uint32 // legacy: nanoseconds within the second
+	kind       []string
+	tool       []string
+	tenant     []string
+	pid        []uint32
+	tid        []uint32
+	ppid       []uint32
+	uid        []uint32
+	comm       []string
+	exe        []string
+	parentExe  []string
+	phase      []string
+	path       []string
+	result     []int64
+	errno      []string
+	addr       [][16]byte
+	port       []uint16
+	syscall    []string
+	rule       []string
+	dnsType    []string
+	dnsVerdict []string
+	detail     []string
 }
 
 func (r *eventRows) len() int { return len(r.callID) }
@@ -185,11 +197,13 @@ func (r *eventRows) add(e *eventRow) {
 	r.port = append(r.port, e.port)
 	r.syscall = append(r.syscall, e.syscall)
 	r.rule = append(r.rule, e.rule)
+	r.dnsType = append(r.dnsType, e.dnsType)
+	r.dnsVerdict = append(r.dnsVerdict, e.dnsVerdict)
 	r.detail = append(r.detail, e.detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 24)
+	cols := make([]column, 0, 26)
 	cols = append(cols, column{"call_id", r.callID})
 	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
@@ -215,6 +229,8 @@ func (r *eventRows) columns(d Dialect) []column {
 	cols = append(cols, column{"port", r.port})
 	cols = append(cols, column{"syscall", r.syscall})
 	cols = append(cols, column{"rule", r.rule})
+	cols = append(cols, column{"dns_type", r.dnsType})
+	cols = append(cols, column{"dns_verdict", r.dnsVerdict})
 	return append(cols, column{"detail", r.detail})
 }
 
@@ -244,6 +260,8 @@ func (r *eventRows) reset(n int) {
 	r.port = resize(r.port, n)
 	r.syscall = resize(r.syscall, n)
 	r.rule = resize(r.rule, n)
+	r.dnsType = resize(r.dnsType, n)
+	r.dnsVerdict = resize(r.dnsVerdict, n)
 	r.detail = resize(r.detail, n)
 }
 

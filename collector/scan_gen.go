@@ -18,6 +18,7 @@ type scanParts struct {
 	limit     event.Limit
 	reload    event.Reload
 	aggregate event.Aggregate
+	dNS       event.DNS
 }
 
 // event reads one event into e; the row's detail is, for now, the text of its parts with the
@@ -117,6 +118,10 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	if sc.has(`,"aggregate":`) {
 		e.Aggregate = &p.aggregate
 		sc.aggregate(e.Aggregate)
+	}
+	if sc.has(`,"dns":`) {
+		e.DNS = &p.dNS
+		sc.dNS(e.DNS)
 	}
 	to := sc.i
 	sc.expect('}')
@@ -364,5 +369,39 @@ func (sc *scanner) aggregate(x *event.Aggregate) {
 	x.First = sc.uint64()
 	sc.need(`,"last_seq":`)
 	x.Last = sc.uint64()
+	sc.expect('}')
+}
+
+func (sc *scanner) dNS(x *event.DNS) {
+	*x = event.DNS{}
+	sc.need(`{"name":`)
+	x.Name = sc.str()
+	sc.need(`,"type":`)
+	x.Type = sc.str()
+	sc.need(`,"rcode":`)
+	x.Rcode = sc.str()
+	sc.need(`,"verdict":`)
+	x.Verdict = sc.str()
+	if sc.has(`,"rule":`) {
+		x.Rule = sc.nonEmpty()
+	}
+	if sc.has(`,"answers":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
+	if sc.has(`,"cnames":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
+	if sc.has(`,"ttl":`) {
+		x.TTL = sc.uint32()
+		sc.check(x.TTL != 0)
+	}
+	if sc.has(`,"transport":`) {
+		x.Transport = sc.nonEmpty()
+	}
+	if sc.has(`,"detail":`) {
+		x.Detail = sc.nonEmpty()
+	}
 	sc.expect('}')
 }

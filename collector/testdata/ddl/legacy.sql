@@ -131,3 +131,9 @@ ALTER TABLE berm.call_starts ADD COLUMN call_key String;
 ALTER TABLE berm.calls ADD COLUMN call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN call_key String;
+
+-- migration 0009 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events ADD COLUMN dns_type String;
+
+ALTER TABLE berm.events ADD COLUMN dns_verdict String;

@@ -158,3 +158,13 @@ ALTER TABLE berm.call_starts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key S
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
 
 ALTER TABLE berm.alerts ON CLUSTER berm ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0009 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);

@@ -130,3 +130,9 @@ ALTER TABLE berm.call_starts ADD COLUMN IF NOT EXISTS call_key String;
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS call_key String;
 
 ALTER TABLE berm.alerts ADD COLUMN IF NOT EXISTS call_key String;
+
+-- migration 0009 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
