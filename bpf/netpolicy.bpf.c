@@ -206,6 +206,11 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = (__u8)ctx->protocol;
 	__u32 rule;
+	if (berm_dns_foreign(cgid, key->addr, port)) {
+		__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
+		emit_deny(cfg, cgid, 0, audit, 0, family, port, proto, key->addr);
+		return audit;
+	}
 	if (decide(cfg, cgid, key, port, proto, &rule))
 		return 1;
 	/* only where no rule decided: a builtin deny (the metadata service) stays, whatever DNS says */

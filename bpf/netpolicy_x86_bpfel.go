@@ -20,6 +20,7 @@ const (
 	NetpolicyMapBermDnsCalls     = "berm_dns_calls"
 	NetpolicyMapBermDnsOrig      = "berm_dns_orig"
 	NetpolicyMapBermDnsPins      = "berm_dns_pins"
+	NetpolicyMapBermDnsPorts     = "berm_dns_ports"
 	NetpolicyMapBermDrops        = "berm_drops"
 	NetpolicyMapBermEvents       = "berm_events"
 	NetpolicyMapBermNetGens      = "berm_net_gens"
@@ -99,6 +100,7 @@ type NetpolicyMapSpecs struct {
 	BermDnsCalls  *ebpf.MapSpec `ebpf:"berm_dns_calls"`
 	BermDnsOrig   *ebpf.MapSpec `ebpf:"berm_dns_orig"`
 	BermDnsPins   *ebpf.MapSpec `ebpf:"berm_dns_pins"`
+	BermDnsPorts  *ebpf.MapSpec `ebpf:"berm_dns_ports"`
 	BermDrops     *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents    *ebpf.MapSpec `ebpf:"berm_events"`
 	BermNetGens   *ebpf.MapSpec `ebpf:"berm_net_gens"`
@@ -142,6 +144,7 @@ type NetpolicyMaps struct {
 	BermDnsCalls  *ebpf.Map `ebpf:"berm_dns_calls"`
 	BermDnsOrig   *ebpf.Map `ebpf:"berm_dns_orig"`
 	BermDnsPins   *ebpf.Map `ebpf:"berm_dns_pins"`
+	BermDnsPorts  *ebpf.Map `ebpf:"berm_dns_ports"`
 	BermDrops     *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents    *ebpf.Map `ebpf:"berm_events"`
 	BermNetGens   *ebpf.Map `ebpf:"berm_net_gens"`
@@ -158,6 +161,7 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermDnsCalls,
 		m.BermDnsOrig,
 		m.BermDnsPins,
+		m.BermDnsPorts,
 		m.BermDrops,
 		m.BermEvents,
 		m.BermNetGens,

@@ -23,6 +23,14 @@ struct {
 	__type(value, struct berm_dns_call);
 } berm_dns_calls SEC(".maps");
 
+/* resolver port -> the call it answers for: no other call may reach it (dnspin.h foreign) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BERM_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} berm_dns_ports SEC(".maps");
+
 /* (call cgroup id, address) -> the domain rules' ports open there and until when */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -75,6 +83,29 @@ static __always_inline int berm_dns_redirect(struct bpf_sock_addr *ctx, __u64 cg
 	}
 	ctx->user_port = bpf_htons(d->port);
 	return 1;
+}
+
+/*
+ * A destination that is another call's resolver port on this host (loopback, or the
+ * unspecified address the kernel sends to loopback): refused whatever the rules say, or a
+ * tool could make its neighbour's resolver pin addresses and record queries in its name.
+ */
+static __always_inline int berm_dns_foreign(__u64 cgid, const __u8 *addr, __u16 port)
+{
+	__u32 k = port;
+	__u64 *owner = bpf_map_lookup_elem(&berm_dns_ports, &k);
+	if (!owner || *owner == cgid)
+		return 0;
+	int zero10 = 1;
+	for (int i = 0; i < 10; i++)
+		zero10 &= addr[i] == 0;
+	if (!zero10)
+		return 0;
+	if (addr[10] == 0xff && addr[11] == 0xff) /* IPv4: 127/8, 0.0.0.0 */
+		return addr[12] == 127 || (addr[12] | addr[13] | addr[14] | addr[15]) == 0;
+	if (addr[10] | addr[11] | addr[12] | addr[13] | addr[14])
+		return 0;
+	return addr[15] <= 1; /* ::1, :: */
 }
 
 /* Whether addr:port/proto is open for the call by an unexpired pin; *rule is its domain rule. */
