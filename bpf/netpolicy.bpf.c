@@ -200,12 +200,11 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	if (!cfg)
 		return unowned_verdict();
 
-	if (berm_dns_redirect(ctx, cgid, family == AF_INET6))
-		return 1; /* to berm's resolver: the call's DNS is answered there or nowhere */
-
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = (__u8)ctx->protocol;
 	__u32 rule;
+	if (berm_dns_redirect(ctx, cgid, port, family == AF_INET6))
+		return 1; /* to berm's resolver: the call's DNS is answered there or nowhere */
 	if (berm_dns_foreign(cgid, key->addr, port)) {
 		__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
 		emit_deny(cfg, cgid, 0, audit, 0, family, port, proto, key->addr);

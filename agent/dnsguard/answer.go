@@ -33,11 +33,11 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	}
 	qn := msg.Questions[0]
 	ev := &event.DNS{Name: policy.CanonicalName(string(qn.Name)), Type: typeName(qn.Type), Transport: transport}
-	rule := c.cfg.Policy.Network.MatchDomain(ev.Name)
+	rules := c.cfg.Policy.Network.MatchDomains(ev.Name)
 	switch {
-	case rule != nil:
+	case len(rules) > 0:
 		ev.Verdict = event.DNSAllowed
-		if r, ok := c.cfg.Policy.RuleByID(rule.RuleID); ok {
+		if r, ok := c.cfg.Policy.RuleByID(rules[0].RuleID); ok {
 			ev.Rule = r.Field
 		}
 	case c.audit:
@@ -67,10 +67,10 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	for _, a := range addrs {
 		ev.Answers = append(ev.Answers, a.addr.String())
 	}
-	if rule != nil && len(addrs) > 0 {
-		now := time.Now()
-		for _, a := range addrs {
-			if err := c.pins.add(a.addr, rule, now.Add(time.Duration(a.ttl)*time.Second)); err != nil {
+	now := time.Now()
+	for _, a := range addrs {
+		for i := range rules {
+			if err := c.pins.add(a.addr, &rules[i], now.Add(time.Duration(a.ttl)*time.Second)); err != nil {
 				// unpinned, the address stays closed: the tool's connect fails, as it should
 				ev.Detail = "pin: " + err.Error()
 				c.r.log.Warn("dns pin failed", "call", c.cfg.Name, "addr", a.addr, "err", err)

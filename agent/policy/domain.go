@@ -31,14 +31,16 @@ func CanonicalName(name string) string {
 	return strings.ToLower(strings.TrimSuffix(name, "."))
 }
 
-// MatchDomain is the first domain rule that matches name, or nil.
-func (n *NetPolicy) MatchDomain(name string) *DomainRule {
-	for i := range n.Domains {
-		if n.Domains[i].Matches(name) {
-			return &n.Domains[i]
+// MatchDomains are the domain rules that match name, in the policy's order: each opens its
+// ports at the name's addresses.
+func (n *NetPolicy) MatchDomains(name string) []DomainRule {
+	var out []DomainRule
+	for _, r := range n.Domains {
+		if r.Matches(name) {
+			out = append(out, r)
 		}
 	}
-	return nil
+	return out
 }
 
 // checkDomain says what is wrong with a domain pattern, or "".

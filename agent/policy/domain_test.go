@@ -53,10 +53,10 @@ func TestCompileDomains(t *testing.T) {
 	if want := []PortRange{{1, 442}, {444, 852}, {854, 65535}}; !slices.Equal(d[1].Ports, want) {
 		t.Errorf("udp wildcard ports %v, want %v", d[1].Ports, want)
 	}
-	if r := c.Network.MatchDomain("files.PYPI.org"); r == nil || r.RuleID != d[1].RuleID {
+	if r := c.Network.MatchDomains("files.PYPI.org"); len(r) != 1 || r[0].RuleID != d[1].RuleID {
 		t.Errorf("match files.pypi.org: %+v", r)
 	}
-	if r := c.Network.MatchDomain("example.org"); r != nil {
+	if r := c.Network.MatchDomains("example.org"); r != nil {
 		t.Errorf("example.org matched %+v", r)
 	}
 	// no CIDR entry for a domain rule; the CIDR range loses 853 only

@@ -52,14 +52,14 @@ struct {
  * rewritten (the destination is berm's, nothing else to judge). v6 is the address as the IPv6
  * hooks see it (IPv4-mapped on a dual-stack socket), 0 for the IPv4 hooks.
  */
-static __always_inline int berm_dns_redirect(struct bpf_sock_addr *ctx, __u64 cgid, int v6)
+static __always_inline int berm_dns_redirect(struct bpf_sock_addr *ctx, __u64 cgid, __u16 port, int v6)
 {
-	if (ctx->user_port != bpf_htons(BERM_DNS_PORT))
+	if (port != BERM_DNS_PORT) /* host order, read once by the caller (ctx is read whole-field only) */
 		return 0;
 	struct berm_dns_call *d = bpf_map_lookup_elem(&berm_dns_calls, &cgid);
 	if (!d)
 		return 0;
-	struct berm_dns_orig o = {.port = ctx->user_port, .resolver_port = bpf_htons(d->port)};
+	struct berm_dns_orig o = {.port = bpf_htons(BERM_DNS_PORT), .resolver_port = bpf_htons(d->port)};
 	if (v6) {
 		__u32 w[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
 		__builtin_memcpy(o.addr, w, sizeof(w));
