@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/agent/lsm"
@@ -52,6 +53,9 @@ type Config struct {
 	NetRoot string
 	// Retention bounds the journal (zero: journal.DefaultRetention).
 	Retention journal.Retention
+	// DNS configures the node's resolver, where every networked call's DNS goes (its
+	// upstream: bermd --dns-upstream; default the host's resolv.conf).
+	DNS dnsguard.Config
 	// Kill ends every process of a call's cgroup. The launcher owns cgroups; the agent only
 	// asks it to kill (a call that attempted a fatal syscall).
 	Kill func(cgroupDir string) error
@@ -70,7 +74,9 @@ type Agent struct {
 	log     *slog.Logger
 	tr      *tracer.Tracer
 	net     *netguard.Guard // nil: the kernel refused the cgroup sock hooks
-	lsm     *lsm.LSM        // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
+	dns     *dnsguard.Resolver
+	dnsErr  error    // why there is no resolver: calls whose policies name domains are refused
+	lsm     *lsm.LSM // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
 	layers  []string
 	rd      *ringbuf.Reader
 	jw      *journal.Writer
@@ -143,6 +149,12 @@ func New(cfg Config) (a *Agent, err error) {
 		if a.net.FailOpen != "" {
 			a.log.Warn("network layer: not failing closed for orphaned cgroups", "why", a.net.FailOpen)
 		}
+		if cfg.DNS.Logger == nil {
+			cfg.DNS.Logger = a.log
+		}
+		if a.dns, a.dnsErr = dnsguard.New(cfg.DNS); a.dnsErr != nil {
+			a.log.Warn("dns resolver unavailable: calls whose policies name domains will be refused", "err", a.dnsErr)
+		}
 	}
 	if a.lsm, err = lsm.New(a.tr.Shared()); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {
@@ -194,6 +206,9 @@ func (a *Agent) Close() error {
 
 func (a *Agent) closeLayers() error {
 	var errs []error
+	if a.dns != nil {
+		errs = append(errs, a.dns.Close())
+	}
 	if a.net != nil {
 		errs = append(errs, a.net.Close())
 	}
@@ -218,6 +233,7 @@ type Call struct {
 	judge     Judge
 	policy    *policy.Compiled
 	net       *netguard.CallNet
+	dns       *dnsguard.Call // the call's resolver listeners (networked calls)
 	lsm       bool
 	cgroupDir string
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
@@ -267,6 +283,9 @@ type CallOptions struct {
 	// EventBudget is how many events the call records one by one (0: DefaultEventBudget);
 	// past it, high-volume kinds are aggregated per kind and object.
 	EventBudget int64 `json:"event_budget,omitempty"`
+	// DNSUpstream, for a networked call, overrides the resolver's upstream (berm run
+	// --dns-upstream).
+	DNSUpstream string `json:"dns_upstream,omitempty"`
 }
 
 // DefaultEventBudget is a call's event budget when its options name none.
@@ -372,6 +391,11 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 			return err
 		}
 		c.net = cn
+		if opts.Network {
+			if err := a.attachDNS(c, p, opts.DNSUpstream); err != nil {
+				return err
+			}
+		}
 	}
 	if a.lsm != nil {
 		rules := lsm.FromLandlock(p.Landlock, uint32(len(p.Rules)))
@@ -383,8 +407,37 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 	return nil
 }
 
+// attachDNS sends the networked call's DNS to its own listeners of the node's resolver, which
+// answer only what its domain rules allow and pin the answers for it.
+func (a *Agent) attachDNS(c *Call, p *policy.Compiled, upstream string) error {
+	if a.dns == nil {
+		if len(p.Network.Domains) > 0 {
+			return fmt.Errorf("the policy names domains and the dns resolver is unavailable (%v): refusing (fail closed)", a.dnsErr)
+		}
+		return nil // its DNS is judged by its CIDR rules, as any other traffic
+	}
+	d, err := a.dns.Attach(dnsguard.CallConfig{Name: c.Start.CallID, Policy: &p.Network, Audit: p.Mode == policy.Audit,
+		Upstream: upstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }})
+	if err != nil {
+		return err
+	}
+	c.dns = d
+	return c.net.SetResolver(d.Port())
+}
+
+// closeDNS stops the call's resolver listeners: after it, no dns event of the call is emitted.
+func (c *Call) closeDNS() error {
+	if c.dns == nil {
+		return nil
+	}
+	err := c.dns.Close()
+	c.dns = nil
+	return err
+}
+
 func (a *Agent) detachLayers(c *Call) error {
 	var errs []error
+	errs = append(errs, c.closeDNS())
 	if c.net != nil {
 		errs = append(errs, c.net.Close())
 		c.net = nil
@@ -403,6 +456,9 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	}
 	// The kernel's maps are what decide; the judge's copy of the policy belongs to the decoder
 	// goroutine and only names raw-socket refusals, which a network reload does not change.
+	if c.dns != nil {
+		c.dns.Update(pol)
+	}
 	return c.net.Update(pol)
 }
 
@@ -444,6 +500,10 @@ var BarrierTimeout = 5 * time.Second
 func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	var errs []error
 	var incomplete []string
+	// the resolver's events of the call go into the queue before the barrier passes through it
+	if err := c.closeDNS(); err != nil {
+		errs = append(errs, err)
+	}
 	if !res.Populated {
 		if err := a.tr.Unregister(c.cgroup); err != nil {
 			errs = append(errs, err)

@@ -58,6 +58,8 @@ type Spec struct {
 	// PolicyFile, when set, is watched while the call runs: a change to its network section
 	// is applied to the running call atomically (other sections apply to the next call).
 	PolicyFile string
+	// DNSUpstream overrides the node resolver's upstream for this call (empty: the node's).
+	DNSUpstream string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -196,7 +198,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
-		EventBudget: env.compiled.EventBudget,
+		EventBudget: env.compiled.EventBudget, DNSUpstream: spec.DNSUpstream,
 	})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/google/gopacket"
@@ -33,14 +34,11 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	}
 	qn := msg.Questions[0]
 	ev := &event.DNS{Name: policy.CanonicalName(string(qn.Name)), Type: typeName(qn.Type), Transport: transport}
-	rules := c.cfg.Policy.Network.MatchDomains(ev.Name)
+	rules := c.policy.Load().MatchDomains(ev.Name)
 	switch {
 	case len(rules) > 0:
-		ev.Verdict = event.DNSAllowed
-		if r, ok := c.cfg.Policy.RuleByID(rules[0].RuleID); ok {
-			ev.Rule = r.Field
-		}
-	case c.audit:
+		ev.Verdict, ev.Rule = event.DNSAllowed, rules[0].Field
+	case c.cfg.Audit:
 		ev.Verdict = event.DNSAuditRefused
 	default:
 		ev.Verdict = event.DNSRefused
@@ -49,7 +47,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 		return reply(&msg, layers.DNSResponseCodeRefused)
 	}
 
-	resp, err := c.r.exchange(q, transport, msg.ID)
+	resp, err := c.r.exchange(c.upstream, q, transport, msg.ID)
 	if err != nil {
 		ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), err.Error()
 		c.emit(ev)
@@ -179,34 +177,40 @@ func rcodeName(r layers.DNSResponseCode) string {
 	return fmt.Sprintf("RCODE%d", uint8(r))
 }
 
+// udpBufs are receive buffers for upstream answers (a UDP message can be 64 KiB): allocated
+// per query, they cost more than the rest of the exchange.
+var udpBufs = sync.Pool{New: func() any { b := make([]byte, 65535); return &b }}
+
 // exchange asks the upstream, over the transport the tool used (a truncated UDP answer goes
 // back as it is: the tool retries over TCP, which comes here too).
-func (r *Resolver) exchange(q []byte, transport string, id uint16) ([]byte, error) {
+func (r *Resolver) exchange(upstream string, q []byte, transport string, id uint16) ([]byte, error) {
 	deadline := time.Now().Add(r.cfg.Timeout)
-	conn, err := net.DialTimeout(transport, r.upstream, r.cfg.Timeout)
+	conn, err := net.DialTimeout(transport, upstream, r.cfg.Timeout)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %s: %w", r.upstream, err)
+		return nil, fmt.Errorf("upstream %s: %w", upstream, err)
 	}
 	defer conn.Close()
 	conn.SetDeadline(deadline)
 	if transport == "tcp" {
 		if err := writeTCPMsg(conn, q); err != nil {
-			return nil, fmt.Errorf("upstream %s: %w", r.upstream, err)
+			return nil, fmt.Errorf("upstream %s: %w", upstream, err)
 		}
 		resp, err := readTCPMsg(conn)
 		if err != nil {
-			return nil, fmt.Errorf("upstream %s: %w", r.upstream, err)
+			return nil, fmt.Errorf("upstream %s: %w", upstream, err)
 		}
 		return resp, nil
 	}
 	if _, err := conn.Write(q); err != nil {
-		return nil, fmt.Errorf("upstream %s: %w", r.upstream, err)
+		return nil, fmt.Errorf("upstream %s: %w", upstream, err)
 	}
-	buf := make([]byte, 65535)
+	bp := udpBufs.Get().(*[]byte)
+	defer udpBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := conn.Read(buf)
 		if err != nil {
-			return nil, fmt.Errorf("upstream %s: %w", r.upstream, err)
+			return nil, fmt.Errorf("upstream %s: %w", upstream, err)
 		}
 		// a connected socket takes datagrams from the upstream only; an id that is not the
 		// query's is a stale or spoofed answer

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,27 +25,31 @@ type Pinner interface {
 
 // CallConfig is one call's side of the resolver.
 type CallConfig struct {
-	Name   string           // the call's id, for logs
-	Policy *policy.Compiled // its domain rules (Network.Domains) and mode
-	Pins   Pinner
+	Name   string            // the call's id, for logs
+	Policy *policy.NetPolicy // its domain rules (Domains); Update replaces it
+	Audit  bool              // audit mode: names no rule allows are answered, and recorded as would-be refusals
+	// Upstream overrides the resolver's upstream for this call (host or host:port).
+	Upstream string
+	Pins     Pinner
 	// Emit records a dns event in the call's stream (agent.Emit); it must not block long.
 	Emit func(event.Event)
 }
 
 // Call is one call's listeners: UDP and TCP on the same port of 127.0.0.1 and ::1.
 type Call struct {
-	r      *Resolver
-	cfg    CallConfig
-	audit  bool
-	port   uint16
-	udp    []*net.UDPConn
-	tcp    []*net.TCPListener
-	pins   pinTable
-	slots  chan struct{} // queries in flight to the upstream
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	r        *Resolver
+	cfg      CallConfig
+	upstream string
+	policy   atomic.Pointer[policy.NetPolicy]
+	port     uint16
+	udp      []*net.UDPConn
+	tcp      []*net.TCPListener
+	pins     pinTable
+	slots    chan struct{} // queries in flight to the upstream
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	closed   bool
 }
 
 // maxTCPConns bounds one call's open TCP DNS connections.
@@ -56,7 +61,15 @@ func (r *Resolver) Attach(cfg CallConfig) (*Call, error) {
 	if cfg.Policy == nil || cfg.Pins == nil || cfg.Emit == nil {
 		return nil, fmt.Errorf("dns resolver: attach call %s: policy, pins and emit are required", cfg.Name)
 	}
-	c := &Call{r: r, cfg: cfg, audit: cfg.Policy.Mode == policy.Audit, slots: make(chan struct{}, maxInflight), conns: map[net.Conn]struct{}{}}
+	c := &Call{r: r, cfg: cfg, upstream: r.upstream, slots: make(chan struct{}, maxInflight), conns: map[net.Conn]struct{}{}}
+	c.policy.Store(cfg.Policy)
+	if cfg.Upstream != "" {
+		up, err := upstreamAddr(cfg.Upstream, "")
+		if err != nil {
+			return nil, fmt.Errorf("dns resolver: attach call %s: %w", cfg.Name, err)
+		}
+		c.upstream = up
+	}
 	c.pins = pinTable{pins: cfg.Pins, grace: r.cfg.Grace, byAddr: map[netip.Addr][]netguard.PinRule{}}
 	var err error
 	for try := 0; try < 32; try++ {
@@ -115,6 +128,14 @@ func (c *Call) listen() error {
 	}
 	c.tcp = append(c.tcp, t6)
 	return nil
+}
+
+// Update replaces the call's domain rules (a hot reload of its network policy): queries from
+// now on are judged by pol. Pins already made stay until they expire.
+func (c *Call) Update(pol *policy.NetPolicy) {
+	if pol != nil {
+		c.policy.Store(pol)
+	}
 }
 
 // Port is the call's resolver port on both loopbacks.

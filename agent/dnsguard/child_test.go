@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -76,6 +77,23 @@ func act(kind string, args []string) string {
 			return errText(err)
 		}
 		return "ok"
+	case "connectloop": // connectloop <addr> <port> <n>: n TCP connects, prints ns per connect
+		port, _ := strconv.Atoi(args[1])
+		n, _ := strconv.Atoi(args[2])
+		fam, sa := sockaddr(args[0], port)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return errText(err)
+			}
+			err = unix.Connect(fd, sa)
+			unix.Close(fd)
+			if err != nil {
+				return errText(err)
+			}
+		}
+		return fmt.Sprint(time.Since(start).Nanoseconds() / int64(max(n, 1)))
 	case "lookup": // lookup <udp|tcp|udpconn> <server addr> <name> <A|AAAA|TXT> [questions]
 		return lookup(args)
 	}

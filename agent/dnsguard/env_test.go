@@ -41,7 +41,7 @@ type node struct {
 	denials map[uint64][]bpf.WireBermNetDeny // by cgroup id
 }
 
-func newNode(t *testing.T, cfg Config) *node {
+func newNode(t testing.TB, cfg Config) *node {
 	t.Helper()
 	testutil.RequireRoot(t, "attaching cgroup sock programs and creating cgroups (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)")
 	layout, err := cgroup.Detect()
@@ -125,7 +125,7 @@ type call struct {
 	events []event.DNS
 }
 
-func compile(t *testing.T, yaml string) *policy.Compiled {
+func compile(t testing.TB, yaml string) *policy.Compiled {
 	t.Helper()
 	p, err := policy.Parse("p.yaml", []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: t}\n"+yaml))
 	if err != nil {
@@ -138,7 +138,7 @@ func compile(t *testing.T, yaml string) *policy.Compiled {
 	return c
 }
 
-func (n *node) newCall(t *testing.T, pol *policy.Compiled) *call {
+func (n *node) newCall(t testing.TB, pol *policy.Compiled) *call {
 	t.Helper()
 	c := &call{n: n, pol: pol}
 	dir := filepath.Join(n.root, fmt.Sprintf("call-%08x", rand.Uint32()))
@@ -170,7 +170,7 @@ func (n *node) newCall(t *testing.T, pol *policy.Compiled) *call {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.cn.Close() })
-	c.dns, err = n.r.Attach(CallConfig{Name: dir, Policy: pol, Pins: c.cn, Emit: func(ev event.Event) {
+	c.dns, err = n.r.Attach(CallConfig{Name: dir, Policy: &pol.Network, Audit: audit, Pins: c.cn, Emit: func(ev event.Event) {
 		c.mu.Lock()
 		c.events = append(c.events, *ev.DNS)
 		c.mu.Unlock()
@@ -186,7 +186,7 @@ func (n *node) newCall(t *testing.T, pol *policy.Compiled) *call {
 }
 
 // run runs the actions in the call's cgroup and returns name -> result.
-func (c *call) run(t *testing.T, actions ...string) map[string]string {
+func (c *call) run(t testing.TB, actions ...string) map[string]string {
 	t.Helper()
 	cmd := testutil.Command(t, childName, strings.Join(actions, "\n"))
 	cmd.Stderr = os.Stderr
@@ -244,7 +244,7 @@ func (c *call) denials(n int) []bpf.WireBermNetDeny {
 }
 
 // targets listens on TCP port p of each loopback address (the names' answers), and returns p.
-func targets(t *testing.T, addrs ...string) int {
+func targets(t testing.TB, addrs ...string) int {
 	t.Helper()
 	port := 0
 	for try := 0; try < 20; try++ {
@@ -284,3 +284,5 @@ func targets(t *testing.T, addrs ...string) int {
 	t.Fatal("no common free port on the target addresses")
 	return 0
 }
+
+func (c *call) pins() *netguard.CallNet { return c.cn }

@@ -106,9 +106,10 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 			proto = ProtoUDP
 		}
 		if r.Domain != "" {
-			id := c.addRule(event.LayerCgroupSock, fmt.Sprintf("spec.network.egress[%d]", i),
+			field := fmt.Sprintf("spec.network.egress[%d]", i)
+			id := c.addRule(event.LayerCgroupSock, field,
 				fmt.Sprintf("allow %s %s %v at the addresses resolved for it", r.Protocol, r.Domain, r.Ports))
-			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: r.Domain, Ports: hideSideChannels(r.Ports, proto), Proto: proto, RuleID: id})
+			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: r.Domain, Ports: hideSideChannels(r.Ports, proto), Proto: proto, RuleID: id, Field: field})
 			continue
 		}
 		id := c.addRule(event.LayerCgroupSock, fmt.Sprintf("spec.network.egress[%d]", i),

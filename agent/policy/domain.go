@@ -14,6 +14,7 @@ type DomainRule struct {
 	Ports   []PortRange
 	Proto   uint8 // ProtoTCP or ProtoUDP
 	RuleID  uint32
+	Field   string // where it comes from: spec.network.egress[i]
 }
 
 // Matches says whether the query name (any case, trailing dot or not) falls under the rule. A

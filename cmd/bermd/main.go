@@ -20,6 +20,7 @@ import (
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/daemon"
+	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 )
@@ -35,12 +36,13 @@ func main() {
 	initPath := flag.String("init", "", "the sandbox init binary (default: berm-init beside bermd)")
 	warmN := flag.Int("warm", 1, "sandboxes each tenant keeps started ahead of its calls (0: start each call's own)")
 	pprofOn := flag.Bool("pprof", false, "also serve /debug/pprof/ on the metrics address (profiles of a bermd whose latency degrades)")
+	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn}
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn, dnsUpstream: *dnsUpstream}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -59,6 +61,7 @@ type options struct {
 	warm                                 int
 	idleExit                             time.Duration
 	pprof                                bool
+	dnsUpstream                          string
 }
 
 func run(log *slog.Logger, o options) error {
@@ -86,7 +89,7 @@ func run(log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev})
+	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev, DNS: dnsguard.Config{Upstream: o.dnsUpstream}})
 	if err != nil {
 		return err
 	}
