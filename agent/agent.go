@@ -230,10 +230,13 @@ type Call struct {
 	cgroup uint64
 	slot   uint32
 
-	judge     Judge
-	policy    *policy.Compiled
-	net       *netguard.CallNet
-	dns       *dnsguard.Call // the call's resolver listeners (networked calls)
+	judge  Judge
+	policy *policy.Compiled
+	net    *netguard.CallNet
+	dns    *dnsguard.Call // the call's resolver listeners (networked calls)
+	// resolved are the addresses its resolver answered, when its policy names domains (read
+	// by its worker: markUnresolved); nil otherwise.
+	resolved  *dnsguard.Resolved
 	lsm       bool
 	cgroupDir string
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
@@ -422,6 +425,9 @@ func (a *Agent) attachDNS(c *Call, p *policy.Compiled, upstream string) error {
 		return err
 	}
 	c.dns = d
+	if len(p.Network.Domains) > 0 {
+		c.resolved = d.Resolved()
+	}
 	return c.net.SetResolver(d.Port())
 }
 
@@ -665,6 +671,7 @@ func (a *Agent) append(c *Call, ev event.Event) {
 	if setup {
 		ev.Phase = event.PhaseSetup
 	}
+	c.markUnresolved(&ev)
 	a.record(c, &ev)
 	if setup {
 		return

@@ -231,6 +231,9 @@ func (sc *scanner) connect(x *event.Connect) {
 	if sc.has(`,"addr_source":`) {
 		x.AddrSource = sc.nonEmpty()
 	}
+	if sc.has(`,"unresolved":`) {
+		x.Unresolved = sc.isTrue()
+	}
 	sc.expect('}')
 }
 

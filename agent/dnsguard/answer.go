@@ -64,6 +64,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	ev.CNAMEs, ev.TTL = cnames, ttl
 	for _, a := range addrs {
 		ev.Answers = append(ev.Answers, a.addr.String())
+		c.resolved.add(a.addr)
 	}
 	now := time.Now()
 	for _, a := range addrs {

@@ -45,6 +45,7 @@ type Call struct {
 	udp      []*net.UDPConn
 	tcp      []*net.TCPListener
 	pins     pinTable
+	resolved Resolved
 	slots    chan struct{} // queries in flight to the upstream
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -137,6 +138,9 @@ func (c *Call) Update(pol *policy.NetPolicy) {
 		c.policy.Store(pol)
 	}
 }
+
+// Resolved is every address answered for the call; it stays readable after Close.
+func (c *Call) Resolved() *Resolved { return &c.resolved }
 
 // Port is the call's resolver port on both loopbacks.
 func (c *Call) Port() uint16 { return c.port }

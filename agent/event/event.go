@@ -165,6 +165,9 @@ type Connect struct {
 	// entry (before the call could block and its memory be rewritten); empty when it could
 	// not be captured.
 	AddrSource string `json:"addr_source,omitempty"`
+	// Unresolved: the call's policy names domains, and berm's resolver never answered this
+	// address for the call (a connect by address, around the names the policy allows).
+	Unresolved bool `json:"unresolved,omitempty"`
 }
 
 // Syscall is a traced syscall other than the ones with a part of their own.
