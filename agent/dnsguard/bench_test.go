@@ -14,6 +14,7 @@ import (
 
 	"github.com/bermsec/berm/agent/netguard"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/testenv/dnstest"
 )
 
 // query sends one A query for name over UDP to server and waits for its answer.
@@ -41,13 +42,13 @@ func query(b *testing.B, conn *net.UDPConn, name string) {
 // match, upstream exchange, pin in the kernel's map, event) against the same query sent to
 // the upstream directly; the ratio is the resolver's cost per query.
 func BenchmarkQuery(b *testing.B) {
-	up := startUpstream(b, testZone())
-	n := newNode(b, Config{Upstream: up.addr})
+	up := dnstest.Start(b, testZone())
+	n := newNode(b, Config{Upstream: up.Addr})
 	c := n.newCall(b, compile(b, domainPolicy("enforce", 4000, "")))
 	for _, bc := range []struct {
 		name, addr string
 	}{
-		{"upstream-direct", up.addr},
+		{"upstream-direct", up.Addr},
 		{"via-resolver", fmt.Sprintf("127.0.0.1:%d", c.dns.Port())},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/dnstest"
 )
 
 // The test's names and where they point: loopback addresses only, each with a TCP listener.
-func testZone() zone {
-	return zone{
-		"allowed.test": {a("allowed.test", "127.0.0.21", 60)},
-		"short.test":   {a("short.test", "127.0.0.22", 1)},
-		"alias.test":   {cname("alias.test", "mid.test", 60)},
-		"mid.test":     {cname("mid.test", "end.cdn.test", 30)},
-		"end.cdn.test": {a("end.cdn.test", "127.0.0.23", 60)},
-		"denied.test":  {a("denied.test", "127.0.0.24", 60)},
-		"other.test":   {a("other.test", "127.0.0.25", 60)},
+func testZone() dnstest.Zone {
+	return dnstest.Zone{
+		"allowed.test": {dnstest.A("allowed.test", "127.0.0.21", 60)},
+		"short.test":   {dnstest.A("short.test", "127.0.0.22", 1)},
+		"alias.test":   {dnstest.CNAME("alias.test", "mid.test", 60)},
+		"mid.test":     {dnstest.CNAME("mid.test", "end.cdn.test", 30)},
+		"end.cdn.test": {dnstest.A("end.cdn.test", "127.0.0.23", 60)},
+		"denied.test":  {dnstest.A("denied.test", "127.0.0.24", 60)},
+		"other.test":   {dnstest.A("other.test", "127.0.0.25", 60)},
 		// an answer section that also carries an address of another owner: not what was asked
-		"stuffed.test": {a("stuffed.test", "127.0.0.26", 60), a("denied.test", "127.0.0.24", 60)},
+		"stuffed.test": {dnstest.A("stuffed.test", "127.0.0.26", 60), dnstest.A("denied.test", "127.0.0.24", 60)},
 	}
 }
 
@@ -49,9 +50,9 @@ const (
 )
 
 func TestDomainEgress(t *testing.T) {
-	up := startUpstream(t, testZone())
+	up := dnstest.Start(t, testZone())
 	port := targets(t, targetAddrs...)
-	n := newNode(t, Config{Upstream: up.addr, Grace: 100 * time.Millisecond})
+	n := newNode(t, Config{Upstream: up.Addr, Grace: 100 * time.Millisecond})
 	pol := compile(t, domainPolicy("enforce", port, ""))
 	P := fmt.Sprint(port)
 
@@ -81,7 +82,7 @@ func TestDomainEgress(t *testing.T) {
 			"txt lookup tcp "+nowhere+" denied.test TXT => REFUSED:",
 			"connect tcp 127.0.0.24 "+P+" => EPERM",
 		)
-		if got := up.count("denied.test"); got != 0 {
+		if got := up.Count("denied.test"); got != 0 {
 			t.Errorf("the upstream was asked for a refused name %d times", got)
 		}
 		ev := c.dnsEvents()
@@ -154,10 +155,10 @@ func TestDomainEgress(t *testing.T) {
 }
 
 func TestPinExpiresInTheKernel(t *testing.T) {
-	up := startUpstream(t, testZone())
+	up := dnstest.Start(t, testZone())
 	port := targets(t, targetAddrs...)
 	// the cleaner never runs during the test: only the kernel's own expiry check can refuse
-	n := newNode(t, Config{Upstream: up.addr, Grace: 100 * time.Millisecond, GCInterval: time.Hour})
+	n := newNode(t, Config{Upstream: up.Addr, Grace: 100 * time.Millisecond, GCInterval: time.Hour})
 	c := n.newCall(t, compile(t, domainPolicy("enforce", port, "")))
 	P := fmt.Sprint(port)
 	c.expect(t,
@@ -181,9 +182,9 @@ func TestPinExpiresInTheKernel(t *testing.T) {
 }
 
 func TestConcurrentCallsPins(t *testing.T) {
-	up := startUpstream(t, testZone())
+	up := dnstest.Start(t, testZone())
 	port := targets(t, targetAddrs...)
-	n := newNode(t, Config{Upstream: up.addr})
+	n := newNode(t, Config{Upstream: up.Addr})
 	P := fmt.Sprint(port)
 	a := n.newCall(t, compile(t, domainPolicy("enforce", port, "")))
 	// b may send UDP to 127.0.0.1 on any port: even so, a's resolver is not b's to use
@@ -207,9 +208,9 @@ func TestConcurrentCallsPins(t *testing.T) {
 }
 
 func TestAuditRecordsWouldBeRefusals(t *testing.T) {
-	up := startUpstream(t, testZone())
+	up := dnstest.Start(t, testZone())
 	port := targets(t, targetAddrs...)
-	n := newNode(t, Config{Upstream: up.addr})
+	n := newNode(t, Config{Upstream: up.Addr})
 	c := n.newCall(t, compile(t, domainPolicy("audit", port, "")))
 	P := fmt.Sprint(port)
 	c.expect(t,

@@ -1,6 +1,10 @@
-package dnsguard
+// Package dnstest is a real DNS server for tests, on loopback (UDP and TCP on one port),
+// answering from a zone the test gives: what berm's resolver asks as its upstream.
+package dnstest
 
 import (
+	"encoding/binary"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -11,10 +15,11 @@ import (
 	"github.com/google/gopacket/layers"
 )
 
-// zone is what the test's upstream DNS server knows: owner name -> its records.
-type zone map[string][]layers.DNSResourceRecord
+// Zone is what the test's upstream DNS server knows: owner name -> its records.
+type Zone map[string][]layers.DNSResourceRecord
 
-func a(name, ip string, ttl uint32) layers.DNSResourceRecord {
+// A is an address record (A or AAAA by the address).
+func A(name, ip string, ttl uint32) layers.DNSResourceRecord {
 	addr := netip.MustParseAddr(ip)
 	typ := layers.DNSTypeA
 	if addr.Is6() {
@@ -23,16 +28,17 @@ func a(name, ip string, ttl uint32) layers.DNSResourceRecord {
 	return layers.DNSResourceRecord{Name: []byte(name), Type: typ, Class: layers.DNSClassIN, TTL: ttl, IP: net.IP(addr.AsSlice())}
 }
 
-func cname(name, target string, ttl uint32) layers.DNSResourceRecord {
+// CNAME is an alias record.
+func CNAME(name, target string, ttl uint32) layers.DNSResourceRecord {
 	return layers.DNSResourceRecord{Name: []byte(name), Type: layers.DNSTypeCNAME, Class: layers.DNSClassIN, TTL: ttl, CNAME: []byte(target)}
 }
 
-// upstream is a real DNS server on loopback (UDP and TCP on one port), answering from its
+// Server is a real DNS server on loopback (UDP and TCP on one port), answering from its
 // zone as an authoritative server would: the question's records, following CNAMEs; names it
 // does not know get NXDOMAIN. It counts the names it was asked.
-type upstream struct {
-	addr string
-	zone zone
+type Server struct {
+	Addr string // host:port, UDP and TCP
+	zone Zone
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
 
@@ -40,9 +46,10 @@ type upstream struct {
 	asked map[string]int
 }
 
-func startUpstream(t testing.TB, z zone) *upstream {
+// Start runs a server until the test ends.
+func Start(t testing.TB, z Zone) *Server {
 	t.Helper()
-	u := &upstream{zone: z, asked: map[string]int{}}
+	u := &Server{zone: z, asked: map[string]int{}}
 	var err error
 	for try := 0; ; try++ {
 		u.udp, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -59,7 +66,7 @@ func startUpstream(t testing.TB, z zone) *upstream {
 			t.Fatal(err)
 		}
 	}
-	u.addr = u.udp.LocalAddr().String()
+	u.Addr = u.udp.LocalAddr().String()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -100,7 +107,7 @@ func startUpstream(t testing.TB, z zone) *upstream {
 	return u
 }
 
-func (u *upstream) respond(q []byte) []byte {
+func (u *Server) respond(q []byte) []byte {
 	var m layers.DNS
 	if err := m.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || len(m.Questions) != 1 {
 		return nil
@@ -140,8 +147,27 @@ func (u *upstream) respond(q []byte) []byte {
 	return buf.Bytes()
 }
 
-func (u *upstream) count(name string) int {
+// Count is how many times name was asked.
+func (u *Server) Count(name string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.asked[name]
+}
+
+func readTCPMsg(r io.Reader) ([]byte, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, binary.BigEndian.Uint16(l[:]))
+	_, err := io.ReadFull(r, msg)
+	return msg, err
+}
+
+func writeTCPMsg(w io.Writer, msg []byte) error {
+	b := make([]byte, 2+len(msg))
+	binary.BigEndian.PutUint16(b, uint16(len(msg)))
+	copy(b[2:], msg)
+	_, err := w.Write(b)
+	return err
 }
