@@ -152,6 +152,9 @@ func New(cfg Config) (a *Agent, err error) {
 		if cfg.DNS.Logger == nil {
 			cfg.DNS.Logger = a.log
 		}
+		if cfg.DNS.Registry == nil {
+			cfg.DNS.Registry = cfg.Registry
+		}
 		if a.dns, a.dnsErr = dnsguard.New(cfg.DNS); a.dnsErr != nil {
 			a.log.Warn("dns resolver unavailable: calls whose policies name domains will be refused", "err", a.dnsErr)
 		}

@@ -72,6 +72,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 			if err := c.pins.add(a.addr, &rules[i], now.Add(time.Duration(a.ttl)*time.Second)); err != nil {
 				// unpinned, the address stays closed: the tool's connect fails, as it should
 				ev.Detail = "pin: " + err.Error()
+				c.r.m.pinErrs.Inc()
 				c.r.log.Warn("dns pin failed", "call", c.cfg.Name, "addr", a.addr, "err", err)
 			}
 		}
@@ -93,6 +94,10 @@ func (c *Call) overloaded(q []byte, transport string) []byte {
 }
 
 func (c *Call) emit(d *event.DNS) {
+	c.r.m.queries.WithLabelValues(d.Verdict, d.Transport).Inc()
+	if d.Verdict != event.DNSRefused && d.Rcode == "SERVFAIL" && d.Detail != "" {
+		c.r.m.upstream.Inc()
+	}
 	c.cfg.Emit(event.Event{Kind: event.KindDNS, DNS: d})
 }
 

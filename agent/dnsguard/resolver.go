@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures the resolver.
@@ -33,6 +35,7 @@ type Config struct {
 	// the hooks compare their expiry). Default 1s.
 	GCInterval time.Duration
 	Logger     *slog.Logger
+	Registry   prometheus.Registerer // nil: no metrics
 }
 
 // DefaultGrace is the grace a pin gets past its answer's TTL.
@@ -47,6 +50,7 @@ type Resolver struct {
 	cfg      Config
 	upstream string
 	log      *slog.Logger
+	m        *metrics
 
 	mu     sync.Mutex
 	calls  map[*Call]struct{}
@@ -73,7 +77,7 @@ func New(cfg Config) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dns resolver: %w", err)
 	}
-	r := &Resolver{cfg: cfg, upstream: up, log: cfg.Logger, calls: map[*Call]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Resolver{cfg: cfg, upstream: up, log: cfg.Logger, m: newMetrics(cfg.Registry), calls: map[*Call]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.gcLoop()
 	return r, nil
 }
