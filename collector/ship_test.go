@@ -44,6 +44,13 @@ func TestShipAndReadBack(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE complete = 0 AND incomplete_reason = '3 events lost in the kernel'"); n != 2 {
 		t.Fatalf("incomplete calls: %d rows, want 2", n)
 	}
+	// dns events: the name in path, the rcode in errno, their own type and verdict columns
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE kind = 'dns' AND path = 'api.github.com' AND dns_type = 'A' AND dns_verdict = 'allowed' AND errno = 'NOERROR' AND rule = 'spec.network.egress[0]'"); n != 6*5+2 {
+		t.Fatalf("allowed dns events: %d rows, want %d", n, 6*5+2)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE kind = 'dns' AND dns_type = 'TXT' AND dns_verdict = 'refused' AND errno = 'REFUSED'"); n != 6*5+2 {
+		t.Fatalf("refused dns events: %d rows, want %d", n, 6*5+2)
+	}
 	sameAsJournal(t, state, dsn, 8)
 	// Running again ships nothing twice.
 	if err := c.RunOnce(context.Background()); err != nil {

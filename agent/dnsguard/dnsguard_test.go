@@ -232,3 +232,26 @@ func TestAuditRecordsWouldBeRefusals(t *testing.T) {
 		t.Errorf("no would-be denial of 127.0.0.24:%d in %+v", port, d)
 	}
 }
+
+// A name the policy allows answered with the cloud metadata address (DNS rebinding): the pin
+// must not open a builtin deny. The connect is made from a network namespace the child makes
+// for itself (no route anywhere): allowed it would fail with ENETUNREACH, refused with EPERM,
+// and no packet can leave either way.
+func TestPinNeverOpensABuiltinDeny(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Zone{"meta.test": {dnstest.A("meta.test", "169.254.169.254", 60)}})
+	n := newNode(t, Config{Upstream: up.Addr})
+	c := n.newCall(t, compile(t, `spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: meta.test, ports: [80]}
+      - {cidr: 127.0.0.1/32, ports: [80]}
+`))
+	c.expect(t,
+		"lookup lookup udp "+nowhere+" meta.test A => NOERROR:169.254.169.254",
+		"netns unsharenet => ok",
+		"metadata tcp 169.254.169.254 80 => EPERM",
+		// the control: what the hooks let through fails here with ENETUNREACH (loopback is down)
+		"allowed tcp 127.0.0.1 80 => ENETUNREACH",
+	)
+}
