@@ -87,9 +87,15 @@ func (c *Call) overloaded(q []byte, transport string) []byte {
 	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR || len(msg.Questions) != 1 {
 		return nil
 	}
-	c.emit(&event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
+	ev := &event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
 		Rcode: rcodeName(layers.DNSResponseCodeServFail), Verdict: event.DNSRefused, Transport: transport,
-		Detail: fmt.Sprintf("more than %d queries of the call in flight", maxInflight)})
+		Detail: fmt.Sprintf("not asked: more than %d queries of the call in flight", maxInflight)}
+	if rules := c.policy.Load().MatchDomains(ev.Name); len(rules) > 0 {
+		ev.Verdict, ev.Rule = event.DNSAllowed, rules[0].Field
+	} else if c.cfg.Audit {
+		ev.Verdict = event.DNSAuditRefused
+	}
+	c.emit(ev)
 	return reply(&msg, layers.DNSResponseCodeServFail)
 }
 
