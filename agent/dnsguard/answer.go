@@ -49,6 +49,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 
 	resp, err := c.r.exchange(c.upstream, q, transport, msg.ID)
 	if err != nil {
+		c.r.m.upstream.Inc()
 		ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), err.Error()
 		c.emit(ev)
 		return reply(&msg, layers.DNSResponseCodeServFail)
@@ -101,9 +102,6 @@ func (c *Call) overloaded(q []byte, transport string) []byte {
 
 func (c *Call) emit(d *event.DNS) {
 	c.r.m.queries.WithLabelValues(d.Verdict, d.Transport).Inc()
-	if d.Verdict != event.DNSRefused && d.Rcode == "SERVFAIL" && d.Detail != "" {
-		c.r.m.upstream.Inc()
-	}
 	c.cfg.Emit(event.Event{Kind: event.KindDNS, DNS: d})
 }
 
