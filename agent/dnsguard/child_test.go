@@ -97,6 +97,24 @@ func act(kind string, args []string) string {
 			}
 		}
 		return fmt.Sprint(time.Since(start).Nanoseconds() / int64(max(n, 1)))
+	case "flood": // flood <server> <n>: n queries for different names, sent without waiting
+		n, _ := strconv.Atoi(args[1])
+		fam, sa := sockaddr(args[0], 53)
+		fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return errText(err)
+		}
+		defer unix.Close(fd)
+		sent := 0
+		for i := 0; i < n; i++ {
+			q := layers.DNS{ID: uint16(i), RD: true, Questions: []layers.DNSQuestion{{Name: []byte(fmt.Sprintf("f%d.flood.test", i)), Type: layers.DNSTypeA, Class: layers.DNSClassIN}}}
+			buf := gopacket.NewSerializeBuffer()
+			q.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true})
+			if unix.Sendto(fd, buf.Bytes(), unix.MSG_DONTWAIT, sa) == nil {
+				sent++
+			}
+		}
+		return fmt.Sprint(sent)
 	case "unsharenet": // a network namespace of its own, loopback down: nothing can leave it
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return errText(err)

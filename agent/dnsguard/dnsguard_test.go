@@ -255,3 +255,30 @@ func TestPinNeverOpensABuiltinDeny(t *testing.T) {
 		"allowed tcp 127.0.0.1 80 => ENETUNREACH",
 	)
 }
+
+// A call that floods its resolver with queries delays nobody else: its neighbour's lookups
+// are answered and its pins work while the flood runs.
+func TestFloodStaysWithItsCall(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	n := newNode(t, Config{Upstream: up.Addr})
+	pol := compile(t, domainPolicy("enforce", port, ""))
+	flooder, neighbour := n.newCall(t, pol), n.newCall(t, pol)
+	done := make(chan map[string]string)
+	go func() { done <- flooder.run(t, "a flood "+nowhere+" 20000", "b flood "+nowhere+" 20000") }()
+	neighbour.expect(t,
+		"lookup lookup udp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+		"tcp lookup tcp "+nowhere+" other.test A => NOERROR:127.0.0.25",
+		"c1 tcp 127.0.0.21 "+fmt.Sprint(port)+" => ok",
+		"c2 tcp 127.0.0.25 "+fmt.Sprint(port)+" => ok",
+	)
+	got := <-done
+	if got["a"] == "0" || got["a"] == "" {
+		t.Fatalf("the flood sent nothing: %v", got)
+	}
+	for _, e := range neighbour.dnsEvents() {
+		if e.Name != "allowed.test" && e.Name != "other.test" {
+			t.Errorf("the neighbour recorded the flooder's query %+v", e)
+		}
+	}
+}
