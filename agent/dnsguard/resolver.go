@@ -129,6 +129,12 @@ func (r *Resolver) gcLoop() {
 	}
 }
 
+// CheckUpstream says what is wrong with an upstream address given on a command line.
+func CheckUpstream(s string) error {
+	_, err := upstreamAddr(s, "")
+	return err
+}
+
 // upstreamAddr is the upstream as host:port: the one given, or resolv.conf's first nameserver.
 func upstreamAddr(given, resolvConf string) (string, error) {
 	if given == "" {

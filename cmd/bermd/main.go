@@ -75,6 +75,11 @@ func run(log *slog.Logger, o options) error {
 	if o.warm < 0 {
 		return fmt.Errorf("--warm: expected 0 or more sandboxes per tenant, got %d", o.warm)
 	}
+	if o.dnsUpstream != "" {
+		if err := dnsguard.CheckUpstream(o.dnsUpstream); err != nil {
+			return fmt.Errorf("--dns-upstream: %w", err)
+		}
+	}
 	if o.idleExit < 0 {
 		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
 	}
