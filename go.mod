@@ -7,6 +7,7 @@ require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.50.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/goccy/go-json v0.12.0
+	github.com/google/gopacket v1.1.19
 	github.com/grafana/grafana-foundation-sdk/go v0.0.12
 	github.com/grafana/grafana-plugin-sdk-go v0.298.0
 	github.com/prometheus/client_golang v1.25.0

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/agent/lsm"
@@ -51,6 +52,9 @@ type Config struct {
 	NetRoot string
 	// Retention bounds the journal (zero: journal.DefaultRetention).
 	Retention journal.Retention
+	// DNS configures the node's resolver, where every networked call's DNS goes (its
+	// upstream: bermd --dns-upstream; default the host's resolv.conf).
+	DNS dnsguard.Config
 	// Kill ends every process of a call's cgroup. The launcher owns cgroups; the agent only
 	// asks it to kill (a call that attempted a fatal syscall).
 	Kill func(cgroupDir string) error
@@ -69,7 +73,9 @@ type Agent struct {
 	log     *slog.Logger
 	tr      *tracer.Tracer
 	net     *netguard.Guard // nil: the kernel refused the cgroup sock hooks
-	lsm     *lsm.LSM        // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
+	dns     *dnsguard.Resolver
+	dnsErr  error    // why there is no resolver: calls whose policies name domains are refused
+	lsm     *lsm.LSM // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
 	layers  []string
 	rd      *ringbuf.Reader
 	jw      *journal.Writer
@@ -146,6 +152,15 @@ func New(cfg Config) (a *Agent, err error) {
 		if a.net.FailOpen != "" {
 			a.log.Warn("network layer: not failing closed for orphaned cgroups", "why", a.net.FailOpen)
 		}
+		if cfg.DNS.Logger == nil {
+			cfg.DNS.Logger = a.log
+		}
+		if cfg.DNS.Registry == nil {
+			cfg.DNS.Registry = cfg.Registry
+		}
+		if a.dns, a.dnsErr = dnsguard.New(cfg.DNS); a.dnsErr != nil {
+			a.log.Warn("dns resolver unavailable: calls whose policies name domains will be refused", "err", a.dnsErr)
+		}
 	}
 	if a.lsm, err = lsm.New(a.tr.Shared()); err != nil {
 		if !errors.Is(err, lsm.ErrRefused) {
@@ -197,6 +212,9 @@ func (a *Agent) Close() error {
 
 func (a *Agent) closeLayers() error {
 	var errs []error
+	if a.dns != nil {
+		errs = append(errs, a.dns.Close())
+	}
 	if a.net != nil {
 		errs = append(errs, a.net.Close())
 	}
@@ -227,6 +245,10 @@ type Call struct {
 	netAttached, lsmAttached bool
 	refused                  []string
 	cgroupDir                string
+	dns    *dnsguard.Call // the call's resolver listeners (networked calls)
+	// resolved are the addresses its resolver answered, when its policy names domains (read
+	// by its worker: markUnresolved); nil otherwise.
+	resolved  *dnsguard.Resolved
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
 	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
@@ -276,6 +298,9 @@ type CallOptions struct {
 	// EventBudget is how many events the call records one by one (0: DefaultEventBudget);
 	// past it, high-volume kinds are aggregated per kind and object.
 	EventBudget int64 `json:"event_budget,omitempty"`
+	// DNSUpstream, for a networked call, overrides the resolver's upstream (berm run
+	// --dns-upstream).
+	DNSUpstream string `json:"dns_upstream,omitempty"`
 }
 
 // DefaultEventBudget is a call's event budget when its options name none.
@@ -389,6 +414,11 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 			return err
 		}
 		c.net, c.netAttached = cn, true
+		if opts.Network {
+			if err := a.attachDNS(c, p, opts.DNSUpstream); err != nil {
+				return err
+			}
+		}
 	}
 	if a.lsm == nil {
 		c.refused = append(c.refused, event.LayerLSM)
@@ -402,8 +432,40 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 	return nil
 }
 
+// attachDNS sends the networked call's DNS to its own listeners of the node's resolver, which
+// answer only what its domain rules allow and pin the answers for it.
+func (a *Agent) attachDNS(c *Call, p *policy.Compiled, upstream string) error {
+	if a.dns == nil {
+		if len(p.Network.Domains) > 0 {
+			return fmt.Errorf("the policy names domains and the dns resolver is unavailable (%v): refusing (fail closed)", a.dnsErr)
+		}
+		return nil // its DNS is judged by its CIDR rules, as any other traffic
+	}
+	d, err := a.dns.Attach(dnsguard.CallConfig{Name: c.Start.CallID, Policy: &p.Network, Audit: p.Mode == policy.Audit,
+		Upstream: upstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }})
+	if err != nil {
+		return err
+	}
+	c.dns = d
+	if len(p.Network.Domains) > 0 {
+		c.resolved = d.Resolved()
+	}
+	return c.net.SetResolver(d.Port())
+}
+
+// closeDNS stops the call's resolver listeners: after it, no dns event of the call is emitted.
+func (c *Call) closeDNS() error {
+	if c.dns == nil {
+		return nil
+	}
+	err := c.dns.Close()
+	c.dns = nil
+	return err
+}
+
 func (a *Agent) detachLayers(c *Call) error {
 	var errs []error
+	errs = append(errs, c.closeDNS())
 	if c.net != nil {
 		errs = append(errs, c.net.Close())
 		c.net = nil
@@ -422,6 +484,9 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	}
 	// The kernel's maps are what decide; the judge's copy of the policy belongs to the decoder
 	// goroutine and only names raw-socket refusals, which a network reload does not change.
+	if c.dns != nil {
+		c.dns.Update(pol)
+	}
 	return c.net.Update(pol)
 }
 
@@ -466,6 +531,10 @@ var BarrierTimeout = 5 * time.Second
 func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	var errs []error
 	var incomplete []string
+	// the resolver's events of the call go into the queue before the barrier passes through it
+	if err := c.closeDNS(); err != nil {
+		errs = append(errs, err)
+	}
 	if !res.Populated {
 		if err := a.tr.Unregister(c.cgroup); err != nil {
 			errs = append(errs, err)
@@ -642,6 +711,7 @@ func (a *Agent) append(c *Call, ev event.Event) {
 		ev.Phase = event.PhaseSetup
 	}
 	leaks := a.scrub(c, &ev)
+	c.markUnresolved(&ev)
 	a.record(c, &ev)
 	for _, l := range leaks {
 		a.append(c, l)

@@ -39,3 +39,8 @@ const struct berm_net_prefix *unused_net_prefix __attribute__((unused));
 const struct berm_sock_rule *unused_sock_rule __attribute__((unused));
 const struct berm_net_socks *unused_net_socks __attribute__((unused));
 const struct berm_net_gen *unused_net_gen __attribute__((unused));
+const struct berm_dns_call *unused_dns_call __attribute__((unused));
+const struct berm_dns_pin_key *unused_dns_pin_key __attribute__((unused));
+const struct berm_dns_pin_rule *unused_dns_pin_rule __attribute__((unused));
+const struct berm_dns_pin *unused_dns_pin __attribute__((unused));
+const struct berm_dns_orig *unused_dns_orig __attribute__((unused));

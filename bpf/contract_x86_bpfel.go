@@ -49,6 +49,46 @@ type WireBermConnect struct {
 	_        [4]byte
 }
 
+type WireBermDnsCall struct {
+	_           structs.HostLayout
+	ResolverIp4 uint32
+	Port        uint16
+	Pad         uint16
+	ResolverIp6 [16]uint8
+}
+
+type WireBermDnsOrig struct {
+	_            structs.HostLayout
+	Addr         [16]uint8
+	Port         uint16
+	Family       uint16
+	ResolverPort uint16
+	Pad          uint16
+}
+
+type WireBermDnsPin struct {
+	_   structs.HostLayout
+	N   uint32
+	Pad uint32
+	R   [8]WireBermDnsPinRule
+}
+
+type WireBermDnsPinKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Addr     [16]uint8
+}
+
+type WireBermDnsPinRule struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	Rule      uint32
+	PortLo    uint16
+	PortHi    uint16
+	Proto     uint8
+	Pad       [7]uint8
+}
+
 type WireBermExec struct {
 	_        structs.HostLayout
 	Hdr      WireBermHdr
@@ -258,6 +298,11 @@ const (
 	WireVarUnusedAggmask     = "unused_aggmask"
 	WireVarUnusedCallCfg     = "unused_call_cfg"
 	WireVarUnusedConnect     = "unused_connect"
+	WireVarUnusedDnsCall     = "unused_dns_call"
+	WireVarUnusedDnsOrig     = "unused_dns_orig"
+	WireVarUnusedDnsPin      = "unused_dns_pin"
+	WireVarUnusedDnsPinKey   = "unused_dns_pin_key"
+	WireVarUnusedDnsPinRule  = "unused_dns_pin_rule"
 	WireVarUnusedExec        = "unused_exec"
 	WireVarUnusedExit        = "unused_exit"
 	WireVarUnusedFork        = "unused_fork"
@@ -341,6 +386,11 @@ type WireVariableSpecs struct {
 	UnusedAggmask     *ebpf.VariableSpec `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.VariableSpec `ebpf:"unused_call_cfg"`
 	UnusedConnect     *ebpf.VariableSpec `ebpf:"unused_connect"`
+	UnusedDnsCall     *ebpf.VariableSpec `ebpf:"unused_dns_call"`
+	UnusedDnsOrig     *ebpf.VariableSpec `ebpf:"unused_dns_orig"`
+	UnusedDnsPin      *ebpf.VariableSpec `ebpf:"unused_dns_pin"`
+	UnusedDnsPinKey   *ebpf.VariableSpec `ebpf:"unused_dns_pin_key"`
+	UnusedDnsPinRule  *ebpf.VariableSpec `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
 	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
@@ -400,6 +450,11 @@ type WireVariables struct {
 	UnusedAggmask     *ebpf.Variable `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.Variable `ebpf:"unused_call_cfg"`
 	UnusedConnect     *ebpf.Variable `ebpf:"unused_connect"`
+	UnusedDnsCall     *ebpf.Variable `ebpf:"unused_dns_call"`
+	UnusedDnsOrig     *ebpf.Variable `ebpf:"unused_dns_orig"`
+	UnusedDnsPin      *ebpf.Variable `ebpf:"unused_dns_pin"`
+	UnusedDnsPinKey   *ebpf.Variable `ebpf:"unused_dns_pin_key"`
+	UnusedDnsPinRule  *ebpf.Variable `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
 	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`

@@ -27,6 +27,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
 
+#include "lib/dnspin.h"
+
 /*
  * A call's policy is a generation: a number never reused, that keys the call's prefixes in
  * the one trie and its record in berm_net_gens. The slot's generation is one aligned 8-byte
@@ -219,7 +221,17 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 		note_connect(family, port, key->addr);
 	__u8 proto = (__u8)ctx->protocol;
 	__u32 rule;
+	if (berm_dns_redirect(ctx, cgid, port, family == AF_INET6))
+		return 1; /* to berm's resolver: the call's DNS is answered there or nowhere */
+	if (berm_dns_foreign(cgid, key->addr, port)) {
+		__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
+		emit_deny(cfg, cgid, 0, audit, 0, family, port, proto, key->addr);
+		return audit;
+	}
 	if (decide(cfg, cgid, key, port, proto, &rule))
+		return 1;
+	/* only where no rule decided: a builtin deny (the metadata service) stays, whatever DNS says */
+	if (rule == 0 && berm_dns_pinned(cgid, key->addr, port, proto, &rule))
 		return 1;
 	__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
 	emit_deny(cfg, cgid, rule, audit, 0, family, port, proto, key->addr);
@@ -323,4 +335,24 @@ int berm_sock_create(struct bpf_sock *sk)
 	__u8 none[16] = {};
 	emit_deny(cfg, cgid, 0, audit, BERM_NR_SOCKET, family, 0, type << 16 | (protocol & 0xffff), none);
 	return audit;
+}
+
+/*
+ * recvmsg() of UDP sockets, where a datagram's source address is handed to the tool: a reply
+ * from berm's resolver to a query berm_dns_redirect moved shows the address the query was
+ * sent to, as the tool's resolver library expects. Never refuses (a recvmsg hook cannot).
+ */
+SEC("cgroup/recvmsg4")
+int berm_dns_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	berm_dns_unredirect(ctx, 0);
+	return 1;
+}
+
+/* The same for IPv6 sockets (and IPv4 replies on dual-stack ones, as IPv4-mapped). */
+SEC("cgroup/recvmsg6")
+int berm_dns_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	berm_dns_unredirect(ctx, 1);
+	return 1;
 }

@@ -91,6 +91,11 @@ func oddEvents() []event.Event {
 			e.Kind, e.Reload = event.KindReload, &event.Reload{Surface: "network", Applied: true, Detail: "network policy reloaded", Generation: math.MaxUint64}
 		}),
 		ev(25, func(e *event.Event) { e.Kind, e.Reload = event.KindReload, &event.Reload{} }),
+		ev(26, func(e *event.Event) {
+			e.Kind, e.DNS = event.KindDNS, &event.DNS{Name: "a\"b.example", Type: "TYPE65", Rcode: "SERVFAIL", Verdict: event.DNSAuditRefused,
+				Answers: []string{"::1", "127.0.0.1"}, CNAMEs: []string{"x.example"}, TTL: math.MaxUint32, Transport: "udp", Detail: "upstream: i/o timeout"}
+		}),
+		ev(27, func(e *event.Event) { e.Kind, e.DNS = event.KindDNS, &event.DNS{} }),
 		ev(21, func(e *event.Event) {
 			e.Time = time.Date(2024, 2, 29, 23, 59, 59, 1, time.FixedZone("", -(12*3600+45*60)))
 		}),

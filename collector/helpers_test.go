@@ -236,6 +236,15 @@ func makeEvent(callID string, c int, seq uint64, at time.Time) event.Event {
 		if seq%100 == 19 {
 			e.Open.PathSource, e.Open.ResolvedPath = "kernel", "/etc/passwd"
 		}
+		if seq%100 == 29 {
+			e.Kind, e.Open = event.KindDNS, nil
+			e.DNS = &event.DNS{Name: "api.github.com", Type: "A", Rcode: "NOERROR", Verdict: event.DNSAllowed, Rule: "spec.network.egress[0]",
+				Answers: []string{"140.82.112.5", "140.82.112.6"}, CNAMEs: []string{"lb.github.com"}, TTL: 60, Transport: "udp"}
+		}
+		if seq%100 == 39 {
+			e.Kind, e.Open = event.KindDNS, nil
+			e.DNS = &event.DNS{Name: "exfil.example", Type: "TXT", Rcode: "REFUSED", Verdict: event.DNSRefused, Transport: "tcp"}
+		}
 	}
 	if seq%100 == 29 {
 		e.Kind, e.Open = event.KindApproval, nil

@@ -26,10 +26,11 @@ type parts struct {
 	Approval   *event.Approval   `json:"approval,omitempty"`
 	Aggregate  *event.Aggregate  `json:"aggregate,omitempty"`
 	Credential *event.Credential `json:"credential,omitempty"`
+	DNS        *event.DNS        `json:"dns,omitempty"`
 }
 
 func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Approval, e.Aggregate, e.Credential}
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Approval, e.Aggregate, e.Credential, e.DNS}
 }
 
 func (p parts) setOn(e *event.Event) {
@@ -47,6 +48,7 @@ func (p parts) setOn(e *event.Event) {
 	e.Approval = p.Approval
 	e.Aggregate = p.Aggregate
 	e.Credential = p.Credential
+	e.DNS = p.DNS
 }
 
 // eventRow is an event as the events table (and, for a part with a table of its own, that
@@ -80,6 +82,8 @@ type eventRow struct {
 	approvalBy        string
 	approvalChannel   string
 	approvalLatencyNs int64
+	dnsType           string
+	dnsVerdict        string
 	detail            string       // the parts as JSON (partsOf)
 	alert             *event.Alert // for an alert, its row in the alerts table
 }
@@ -147,6 +151,12 @@ func rowOf(e *event.Event, detail string) eventRow {
 	case e.Credential != nil:
 		r.rule = e.Credential.Name
 		r.path = e.Credential.Fingerprint
+	case e.DNS != nil:
+		r.path = e.DNS.Name
+		r.dnsType = e.DNS.Type
+		r.errno = e.DNS.Rcode
+		r.dnsVerdict = e.DNS.Verdict
+		r.rule = e.DNS.Rule
 	}
 	if e.Kind == event.KindAlert {
 		r.alert = e.Alert
@@ -186,6 +196,8 @@ type eventRows struct {
 	approvalBy        []string
 	approvalChannel   []string
 	approvalLatencyNs []int64
+	dnsType           []string
+	dnsVerdict        []string
 	detail            []string
 }
 
@@ -221,11 +233,13 @@ func (r *eventRows) add(e *eventRow) {
 	r.approvalBy = append(r.approvalBy, e.approvalBy)
 	r.approvalChannel = append(r.approvalChannel, e.approvalChannel)
 	r.approvalLatencyNs = append(r.approvalLatencyNs, e.approvalLatencyNs)
+	r.dnsType = append(r.dnsType, e.dnsType)
+	r.dnsVerdict = append(r.dnsVerdict, e.dnsVerdict)
 	r.detail = append(r.detail, e.detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 30)
+	cols := make([]column, 0, 32)
 	cols = append(cols, column{"call_id", r.callID})
 	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
@@ -257,6 +271,8 @@ func (r *eventRows) columns(d Dialect) []column {
 	cols = append(cols, column{"approval_by", r.approvalBy})
 	cols = append(cols, column{"approval_channel", r.approvalChannel})
 	cols = append(cols, column{"approval_latency_ns", r.approvalLatencyNs})
+	cols = append(cols, column{"dns_type", r.dnsType})
+	cols = append(cols, column{"dns_verdict", r.dnsVerdict})
 	return append(cols, column{"detail", r.detail})
 }
 
@@ -292,6 +308,8 @@ func (r *eventRows) reset(n int) {
 	r.approvalBy = resize(r.approvalBy, n)
 	r.approvalChannel = resize(r.approvalChannel, n)
 	r.approvalLatencyNs = resize(r.approvalLatencyNs, n)
+	r.dnsType = resize(r.dnsType, n)
+	r.dnsVerdict = resize(r.dnsVerdict, n)
 	r.detail = resize(r.detail, n)
 }
 

@@ -20,6 +20,7 @@ type scanParts struct {
 	approval   event.Approval
 	aggregate  event.Aggregate
 	credential event.Credential
+	dNS        event.DNS
 }
 
 // event reads one event into e; the row's detail is, for now, the text of its parts with the
@@ -127,6 +128,10 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	if sc.has(`,"credential":`) {
 		e.Credential = &p.credential
 		sc.credential(e.Credential)
+	}
+	if sc.has(`,"dns":`) {
+		e.DNS = &p.dNS
+		sc.dNS(e.DNS)
 	}
 	to := sc.i
 	sc.expect('}')
@@ -238,6 +243,9 @@ func (sc *scanner) connect(x *event.Connect) {
 	}
 	if sc.has(`,"addr_source":`) {
 		x.AddrSource = sc.nonEmpty()
+	}
+	if sc.has(`,"unresolved":`) {
+		x.Unresolved = sc.isTrue()
 	}
 	sc.expect('}')
 }
@@ -444,6 +452,40 @@ func (sc *scanner) credential(x *event.Credential) {
 	}
 	if sc.has(`,"other_tenant":`) {
 		x.OtherTenant = sc.nonEmpty()
+	}
+	sc.expect('}')
+}
+
+func (sc *scanner) dNS(x *event.DNS) {
+	*x = event.DNS{}
+	sc.need(`{"name":`)
+	x.Name = sc.str()
+	sc.need(`,"type":`)
+	x.Type = sc.str()
+	sc.need(`,"rcode":`)
+	x.Rcode = sc.str()
+	sc.need(`,"verdict":`)
+	x.Verdict = sc.str()
+	if sc.has(`,"rule":`) {
+		x.Rule = sc.nonEmpty()
+	}
+	if sc.has(`,"answers":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
+	if sc.has(`,"cnames":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
+	if sc.has(`,"ttl":`) {
+		x.TTL = sc.uint32()
+		sc.check(x.TTL != 0)
+	}
+	if sc.has(`,"transport":`) {
+		x.Transport = sc.nonEmpty()
+	}
+	if sc.has(`,"detail":`) {
+		x.Detail = sc.nonEmpty()
 	}
 	sc.expect('}')
 }

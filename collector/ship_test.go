@@ -58,6 +58,13 @@ func TestShipAndReadBack(t *testing.T) {
 		"WHERE surface = 'observability' AND state = 'absent'"); n != 5 {
 		t.Fatalf("absent observability: %d, want 5 (the test records name no trace layer)", n)
 	}
+	// dns events: the name in path, the rcode in errno, their own type and verdict columns
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE kind = 'dns' AND path = 'api.github.com' AND dns_type = 'A' AND dns_verdict = 'allowed' AND errno = 'NOERROR' AND rule = 'spec.network.egress[0]'"); n != 6*5+2 {
+		t.Fatalf("allowed dns events: %d rows, want %d", n, 6*5+2)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".events WHERE kind = 'dns' AND dns_type = 'TXT' AND dns_verdict = 'refused' AND errno = 'REFUSED'"); n != 6*5+2 {
+		t.Fatalf("refused dns events: %d rows, want %d", n, 6*5+2)
+	}
 	sameAsJournal(t, state, dsn, 8)
 	// Running again ships nothing twice.
 	if err := c.RunOnce(context.Background()); err != nil {

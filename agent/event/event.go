@@ -29,10 +29,11 @@ const (
 	// KindAggregate stands for events past the call's event budget: counted per kind and
 	// object instead of recorded one by one (they were still judged and seen by the rules).
 	KindAggregate Kind = "aggregate"
+	KindDNS       Kind = "dns" // a name lookup berm's resolver answered (or refused) for the call
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindApproval, KindAggregate, KindCredential}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindApproval, KindAggregate, KindCredential, KindDNS}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
@@ -86,6 +87,7 @@ type Event struct {
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
 
 	Credential *Credential `json:"credential,omitempty"`
+	DNS       *DNS       `json:"dns,omitempty"`
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.
@@ -173,6 +175,9 @@ type Connect struct {
 	// its memory be rewritten (unix sockets, a socket already connecting, no network layer);
 	// empty when it could not be captured.
 	AddrSource string `json:"addr_source,omitempty"`
+	// Unresolved: the call's policy names domains, and berm's resolver never answered this
+	// address for the call (a connect by address, around the names the policy allows).
+	Unresolved bool `json:"unresolved,omitempty"`
 }
 
 // Syscall is a traced syscall other than the ones with a part of their own.
@@ -268,6 +273,29 @@ type Aggregate struct {
 	First  uint64 `json:"first_seq"`        // sequence number of the first of them
 	Last   uint64 `json:"last_seq"`         // sequence number of the last of them
 }
+
+// DNS is one query of the call to berm's resolver, where all of its port-53 traffic goes, and
+// what the resolver did with it: answered (its addresses pinned for the call), refused, or in
+// audit mode answered though it would have been refused.
+type DNS struct {
+	Name      string   `json:"name" ch:"path"`              // the name asked, lowercase, without the root's dot
+	Type      string   `json:"type" ch:"dns_type,lc"`       // the question's type: A, AAAA, TXT, ...
+	Rcode     string   `json:"rcode" ch:"errno,lc"`         // the answer's response code: NOERROR, NXDOMAIN, REFUSED, SERVFAIL
+	Verdict   string   `json:"verdict" ch:"dns_verdict,lc"` // DNSAllowed, DNSRefused or DNSAuditRefused
+	Rule      string   `json:"rule,omitempty" ch:"rule,lc"` // the domain rule that allowed it (spec.network.egress[i])
+	Answers   []string `json:"answers,omitempty"`           // addresses answered (and pinned for the call)
+	CNAMEs    []string `json:"cnames,omitempty"`            // the CNAME chain from Name to the addresses
+	TTL       uint32   `json:"ttl,omitempty"`               // the smallest TTL of the chain, seconds
+	Transport string   `json:"transport,omitempty"`         // udp or tcp
+	Detail    string   `json:"detail,omitempty"`            // why it failed, when the upstream did not answer
+}
+
+// Verdicts of a DNS query.
+const (
+	DNSAllowed      = "allowed"       // a domain rule names it: asked upstream, answers pinned
+	DNSRefused      = "refused"       // no rule names it: answered REFUSED
+	DNSAuditRefused = "audit-refused" // audit mode: answered, but would have been refused
+)
 
 // PhaseSetup marks events of berm's own sandbox set-up.
 const PhaseSetup = "setup"

@@ -239,6 +239,7 @@ func TestContract(t *testing.T) {
 		{"BERM_MAX_SOCK_RULES", len(sv.R)},
 		{"BERM_CALL_AUDIT", tracer.CallAudit},
 		{"BERM_NR_SOCKET", unix.SYS_SOCKET},
+		{"BERM_DNS_PIN_RULES", MaxPinRules},
 	} {
 		if want := def(c.name); c.got != want {
 			t.Errorf("%s = %d in berm.h, %d in Go", c.name, want, c.got)

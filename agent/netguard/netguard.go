@@ -121,6 +121,8 @@ func (g *Guard) hooks() []hook {
 		{"sendmsg4", g.objs.BermSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
 		{"sendmsg6", g.objs.BermSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 		{"sock_create", g.objs.BermSockCreate, ebpf.AttachCGroupInetSockCreate},
+		{"recvmsg4", g.objs.BermDnsRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{"recvmsg6", g.objs.BermDnsRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
 	}
 }
 
@@ -173,6 +175,10 @@ type CallNet struct {
 	cur    version // the version in effect; gen 0 until installed
 	links  []link.Link
 	closed bool
+
+	resolver bool                               // berm_dns_calls holds the call (dns.go)
+	port     uint16                             // its resolver port in berm_dns_ports
+	pins     map[bpf.WireBermDnsPinKey]struct{} // its pinned addresses in berm_dns_pins
 }
 
 // version is one installed policy: what the cleaner deletes once it is out of effect.
@@ -357,6 +363,7 @@ func (cn *CallNet) Close() error {
 		}
 	}
 	cn.links = nil
+	errs = append(errs, cn.closeDNS())
 	// only what this CallNet installed: a failed second Attach must not remove the first's
 	if cn.cur.gen != 0 {
 		cn.g.publish(cn.slot, 0)

@@ -155,6 +155,9 @@ func (c *Compiled) encode(w io.Writer) {
 			fmt.Fprintf(w, " entry %s\n", e)
 		}
 	}
+	for _, d := range c.Network.Domains {
+		fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID)
+	}
 	for _, s := range c.Network.Sockets {
 		fmt.Fprintf(w, "socket %d %d\n", s.Family, s.Type)
 	}

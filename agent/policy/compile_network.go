@@ -69,6 +69,9 @@ type NetPolicy struct {
 	Entries  []NetEntry  // every entry, sorted by prefix (address, then length), proto, ports
 	Prefixes []NetPrefix // sorted the same way
 	Sockets  []SocketRule
+	// Domains are the `domain:` rules, in the policy's order: the resolver's to match, their
+	// ports open only at addresses it pinned for the call.
+	Domains []DomainRule
 }
 
 // builtinDenies are refused unless a rule names them (a rule on exactly that prefix, or on a
@@ -102,11 +105,18 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 		if r.Protocol == UDP {
 			proto = ProtoUDP
 		}
+		if r.Domain != "" {
+			field := fmt.Sprintf("spec.network.egress[%d]", i)
+			id := c.addRule(event.LayerCgroupSock, field,
+				fmt.Sprintf("allow %s %s %v at the addresses resolved for it", r.Protocol, r.Domain, r.Ports))
+			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: r.Domain, Ports: hideSideChannels(r.Ports, proto), Proto: proto, RuleID: id, Field: field})
+			continue
+		}
 		id := c.addRule(event.LayerCgroupSock, fmt.Sprintf("spec.network.egress[%d]", i),
 			fmt.Sprintf("allow %s %s %v", r.Protocol, r.CIDR, r.Ports))
 		pfx := to6(r.CIDR)
 		named[pfx] = true
-		for _, pr := range r.Ports {
+		for _, pr := range hideSideChannels(r.Ports, proto) {
 			entries = append(entries, NetEntry{Prefix: pfx, PortLo: pr.Lo, PortHi: pr.Hi, Proto: proto, Allow: true, RuleID: id})
 		}
 	}

@@ -160,7 +160,8 @@ func (d *decoder) egress(n *yaml.Node, field string) (EgressRule, bool) {
 	r := EgressRule{Protocol: TCP}
 	before := len(d.errs)
 	d.mapping(n, field, fields{
-		"cidr": func(n *yaml.Node, f string) { d.cidr(n, f, &r.CIDR) },
+		"cidr":   func(n *yaml.Node, f string) { d.cidr(n, f, &r.CIDR) },
+		"domain": func(n *yaml.Node, f string) { d.domain(n, f, &r.Domain) },
 		"ports": func(n *yaml.Node, f string) {
 			list(d, n, f, &r.Ports, d.portRange)
 			if len(r.Ports) == 0 && n.Kind == yaml.SequenceNode && len(n.Content) == 0 {
@@ -172,7 +173,8 @@ func (d *decoder) egress(n *yaml.Node, field string) (EgressRule, bool) {
 			d.oneOf(n, f, &p, string(TCP), string(UDP))
 			r.Protocol = Protocol(p)
 		},
-	}, "cidr", "ports")
+	}, "ports")
+	d.cidrOrDomain(n, field, &r)
 	return r, len(d.errs) == before
 }
 

@@ -129,7 +129,11 @@ const (
 )
 
 type EgressRule struct {
-	CIDR     netip.Prefix
+	CIDR netip.Prefix
+	// Domain, instead of CIDR: a name (api.github.com) or a leading wildcard (*.pypi.org,
+	// which covers its subdomains, not pypi.org itself). Its ports are reachable only at the
+	// addresses berm's resolver answered for it, in the call that asked (domain.go).
+	Domain   string
 	Ports    []PortRange
 	Protocol Protocol
 }

@@ -317,4 +317,50 @@ struct berm_net_gen {
 	struct berm_net_socks socks;
 };
 
+/*
+ * Domain egress (bpf/lib/dnspin.h, in the netpolicy hooks): a call's DNS goes to berm's
+ * resolver whatever address the tool names, and a `domain:` rule's ports open only at the
+ * addresses the resolver answered for that call, until the answer's TTL (plus a grace) runs out.
+ */
+#define BERM_DNS_PIN_RULES 8 /* port ranges one pinned address carries (its domain rules') */
+
+/* Value of berm_dns_calls (key: the call's cgroup id): where its port 53 goes. */
+struct berm_dns_call {
+	__u32 resolver_ip4;    /* network byte order (127.0.0.1) */
+	__u16 port;            /* host byte order: the call's own resolver port, on both loopbacks */
+	__u16 pad;
+	__u8 resolver_ip6[16]; /* ::1 */
+};
+
+/* Key of berm_dns_pins: one resolved address of one call. */
+struct berm_dns_pin_key {
+	__u64 cgroup_id;
+	__u8 addr[16];         /* IPv6, IPv4 as IPv4-mapped */
+};
+
+struct berm_dns_pin_rule {
+	__u64 expires_ns;      /* bpf_ktime_get_ns (CLOCK_MONOTONIC) past which the pin is void */
+	__u32 rule;            /* the domain rule's id, reported like a CIDR rule's */
+	__u16 port_lo;         /* host byte order, inclusive */
+	__u16 port_hi;
+	__u8 proto;            /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad[7];
+};
+
+struct berm_dns_pin {
+	__u32 n;
+	__u32 pad;
+	struct berm_dns_pin_rule r[BERM_DNS_PIN_RULES];
+};
+
+/* Value of berm_dns_orig (key: socket cookie): the address a redirected query named, given
+ * back as the reply's source so the tool's resolver library accepts the answer. */
+struct berm_dns_orig {
+	__u8 addr[16];         /* IPv4 in the first 4 bytes for family AF_INET */
+	__u16 port;            /* network byte order */
+	__u16 family;
+	__u16 resolver_port;   /* network byte order: the call's resolver port it went to */
+	__u16 pad;
+};
+
 #endif /* BERM_H */

@@ -21,6 +21,7 @@ import (
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/daemon"
+	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 )
@@ -40,13 +41,14 @@ func main() {
 	approvalsToken := flag.String("approvals-token", approval.DefaultTokenFile, "the approval API's bearer token file (created root-only when absent)")
 	webhookURL := flag.String("approval-webhook", "", "POST each approval request as signed JSON to this URL (empty: off)")
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
+	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, dnsUpstream: *dnsUpstream}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -67,6 +69,7 @@ type options struct {
 	pprof                                bool
 
 	approvalsDir, approvalsToken, webhookURL, webhookSecret string
+	dnsUpstream                          string
 }
 
 func run(log *slog.Logger, o options) error {
@@ -79,6 +82,11 @@ func run(log *slog.Logger, o options) error {
 	}
 	if o.warm < 0 {
 		return fmt.Errorf("--warm: expected 0 or more sandboxes per tenant, got %d", o.warm)
+	}
+	if o.dnsUpstream != "" {
+		if err := dnsguard.CheckUpstream(o.dnsUpstream); err != nil {
+			return fmt.Errorf("--dns-upstream: %w", err)
+		}
 	}
 	if o.idleExit < 0 {
 		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
@@ -94,7 +102,7 @@ func run(log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev})
+	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev, DNS: dnsguard.Config{Upstream: o.dnsUpstream}})
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,9 @@ type Request struct {
 	// request is then the master of a pty berm allocated for the call, never the caller's
 	// terminal, which stays with the caller (it relays it to the master).
 	Terminal *Terminal `json:"terminal,omitempty"`
+	// DNSUpstream is where the call's allowed DNS queries go (berm run --dns-upstream);
+	// empty: bermd's --dns-upstream, else the host's resolv.conf.
+	DNSUpstream string `json:"dns_upstream,omitempty"`
 }
 
 // Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and

@@ -107,6 +107,7 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
 	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
 	fs.BoolVar(&o.NoRules, "no-rules", false, "evaluate no detection rules (embedded agent only)")
+	fs.StringVar(&r.DNSUpstream, "dns-upstream", "", "DNS server the call's allowed queries go to, ADDR or ADDR:PORT (default: bermd's --dns-upstream, else the host's resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

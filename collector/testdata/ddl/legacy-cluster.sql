@@ -178,7 +178,7 @@ ALTER TABLE berm.calls ADD COLUMN surface_layers Array(Array(String));
 
 ALTER TABLE berm.calls ADD COLUMN surface_violations Array(UInt64);
 
--- migration 0008 add_approval
+-- migration 0007 add_approval
 
 ALTER TABLE berm.events_local ADD COLUMN approval_outcome String;
 
@@ -203,3 +203,13 @@ ALTER TABLE berm.events ADD COLUMN approval_by String;
 ALTER TABLE berm.events ADD COLUMN approval_channel String;
 
 ALTER TABLE berm.events ADD COLUMN approval_latency_ns Int64;
+
+-- migration 0008 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events_local ADD COLUMN dns_type String;
+
+ALTER TABLE berm.events_local ADD COLUMN dns_verdict String;
+
+ALTER TABLE berm.events ADD COLUMN dns_type String;
+
+ALTER TABLE berm.events ADD COLUMN dns_verdict String;

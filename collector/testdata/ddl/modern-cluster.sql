@@ -177,7 +177,7 @@ ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_layers A
 
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);
 
--- migration 0008 add_approval
+-- migration 0007 add_approval
 
 ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_outcome LowCardinality(String);
 
@@ -202,3 +202,13 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_by Low
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_channel LowCardinality(String);
 
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;
+
+-- migration 0008 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);

@@ -141,7 +141,7 @@ ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_layers Array(Array(Strin
 
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_violations Array(UInt64);
 
--- migration 0008 add_approval
+-- migration 0007 add_approval
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_outcome LowCardinality(String);
 
@@ -154,3 +154,9 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_by LowCardinality(Stri
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_channel LowCardinality(String);
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;
+
+-- migration 0008 add_dns_type_dns_verdict
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);

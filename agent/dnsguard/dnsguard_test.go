@@ -1,0 +1,284 @@
+package dnsguard
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/testenv/dnstest"
+)
+
+// The test's names and where they point: loopback addresses only, each with a TCP listener.
+func testZone() dnstest.Zone {
+	return dnstest.Zone{
+		"allowed.test": {dnstest.A("allowed.test", "127.0.0.21", 60)},
+		"short.test":   {dnstest.A("short.test", "127.0.0.22", 1)},
+		"alias.test":   {dnstest.CNAME("alias.test", "mid.test", 60)},
+		"mid.test":     {dnstest.CNAME("mid.test", "end.cdn.test", 30)},
+		"end.cdn.test": {dnstest.A("end.cdn.test", "127.0.0.23", 60)},
+		"denied.test":  {dnstest.A("denied.test", "127.0.0.24", 60)},
+		"other.test":   {dnstest.A("other.test", "127.0.0.25", 60)},
+		// an answer section that also carries an address of another owner: not what was asked
+		"stuffed.test": {dnstest.A("stuffed.test", "127.0.0.26", 60), dnstest.A("denied.test", "127.0.0.24", 60)},
+	}
+}
+
+var targetAddrs = []string{"127.0.0.21", "127.0.0.22", "127.0.0.23", "127.0.0.24", "127.0.0.25", "127.0.0.26"}
+
+func domainPolicy(mode string, port int, extra string) string {
+	return fmt.Sprintf(`spec:
+  mode: %s
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: allowed.test, ports: ["1-65535"]}
+      - {domain: allowed.test, ports: ["1-65535"], protocol: udp}
+      - {domain: short.test, ports: [%d]}
+      - {domain: alias.test, ports: [%d]}
+      - {domain: stuffed.test, ports: [%d]}
+      - {domain: other.test, ports: [%d]}
+%s`, mode, port, port, port, port, extra)
+}
+
+// The server a tool names never matters: 127.0.0.99 has no DNS server, ::1:53 neither; the
+// hooks send port 53 to the call's resolver.
+const (
+	nowhere  = "127.0.0.99"
+	nowhere6 = "::1"
+)
+
+func TestDomainEgress(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	n := newNode(t, Config{Upstream: up.Addr, Grace: 100 * time.Millisecond})
+	pol := compile(t, domainPolicy("enforce", port, ""))
+	P := fmt.Sprint(port)
+
+	t.Run("allowed name connects, its address unresolved is refused", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"before tcp 127.0.0.21 "+P+" => EPERM",
+			"lookup lookup udp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+			"after tcp 127.0.0.21 "+P+" => ok",
+			"unresolved tcp 127.0.0.26 "+P+" => EPERM",
+		)
+		ev := c.dnsEvents()
+		if len(ev) != 1 {
+			t.Fatalf("dns events %+v, want 1", ev)
+		}
+		want := event.DNS{Name: "allowed.test", Type: "A", Rcode: "NOERROR", Verdict: event.DNSAllowed, Rule: "spec.network.egress[0]",
+			Answers: []string{"127.0.0.21"}, TTL: 60, Transport: "udp"}
+		if fmt.Sprint(ev[0]) != fmt.Sprint(want) {
+			t.Errorf("event %+v\nwant  %+v", ev[0], want)
+		}
+	})
+
+	t.Run("refused name", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"lookup lookup udp "+nowhere+" denied.test A => REFUSED:",
+			"txt lookup tcp "+nowhere+" denied.test TXT => REFUSED:",
+			"connect tcp 127.0.0.24 "+P+" => EPERM",
+		)
+		if got := up.Count("denied.test"); got != 0 {
+			t.Errorf("the upstream was asked for a refused name %d times", got)
+		}
+		ev := c.dnsEvents()
+		if len(ev) != 2 || ev[0].Verdict != event.DNSRefused || ev[0].Rcode != "REFUSED" || ev[0].Name != "denied.test" || ev[1].Type != "TXT" {
+			t.Errorf("events %+v", ev)
+		}
+	})
+
+	t.Run("CNAME chain", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"lookup lookup udp "+nowhere+" alias.test A => NOERROR:127.0.0.23",
+			"connect tcp 127.0.0.23 "+P+" => ok",
+			// the chain's end is pinned for alias.test's ports only
+			"otherport tcp 127.0.0.23 "+fmt.Sprint(port+1)+" => EPERM",
+		)
+		ev := c.dnsEvents()
+		if len(ev) != 1 || !slices.Equal(ev[0].CNAMEs, []string{"mid.test", "end.cdn.test"}) || ev[0].TTL != 30 {
+			t.Errorf("events %+v", ev)
+		}
+	})
+
+	t.Run("TCP DNS, connected UDP and IPv6 sockets", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"tcp lookup tcp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+			"connected lookup udpconn "+nowhere+" other.test A => NOERROR:127.0.0.25",
+			"v6 lookup udp "+nowhere6+" alias.test A => NOERROR:127.0.0.23",
+			"v6tcp lookup tcp "+nowhere6+" short.test A => NOERROR:127.0.0.22",
+			"mapped lookup udp ::ffff:"+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+			"c1 tcp 127.0.0.21 "+P+" => ok",
+			"c2 tcp 127.0.0.25 "+P+" => ok",
+			"c3 tcp 127.0.0.23 "+P+" => ok",
+			"c4 tcp 127.0.0.22 "+P+" => ok",
+		)
+		var transports []string
+		for _, e := range c.dnsEvents() {
+			transports = append(transports, e.Transport)
+		}
+		if !slices.Equal(transports, []string{"tcp", "udp", "udp", "tcp", "udp"}) {
+			t.Errorf("transports %v", transports)
+		}
+	})
+
+	t.Run("DoT and QUIC refused unless named", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		// allowed.test's rules cover every port, TCP and UDP: 853 and UDP 443 are not named
+		c.expect(t,
+			"lookup lookup udp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+			"dot tcp 127.0.0.21 853 => EPERM",
+			"dotudp udp 127.0.0.21 853 => EPERM",
+			"quic udp 127.0.0.21 443 => EPERM",
+			"udp udp 127.0.0.21 444 => ok",
+			"tcp tcp 127.0.0.21 "+P+" => ok",
+		)
+	})
+
+	t.Run("hostile answers and queries", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"stuffed lookup udp "+nowhere+" stuffed.test A => NOERROR:127.0.0.26,127.0.0.24",
+			"asked tcp 127.0.0.26 "+P+" => ok",
+			"smuggled tcp 127.0.0.24 "+P+" => EPERM",
+			// two questions in one query: one allowed name must not carry another
+			"twoq lookup udp "+nowhere+" allowed.test A 2 => FORMERR:",
+			"case lookup udp "+nowhere+" ALLOWED.Test A => NOERROR:127.0.0.21",
+			"suffix lookup udp "+nowhere+" xallowed.test A => REFUSED:",
+		)
+	})
+}
+
+func TestPinExpiresInTheKernel(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	// the cleaner never runs during the test: only the kernel's own expiry check can refuse
+	n := newNode(t, Config{Upstream: up.Addr, Grace: 100 * time.Millisecond, GCInterval: time.Hour})
+	c := n.newCall(t, compile(t, domainPolicy("enforce", port, "")))
+	P := fmt.Sprint(port)
+	c.expect(t,
+		"lookup lookup udp "+nowhere+" short.test A => NOERROR:127.0.0.22",
+		"fresh tcp 127.0.0.22 "+P+" => ok",
+	)
+	time.Sleep(1300 * time.Millisecond) // TTL 1s + grace 100ms, and a margin
+	c.expect(t, "expired tcp 127.0.0.22 "+P+" => EPERM")
+	if got := c.dns.pins.count(); got != 1 {
+		t.Fatalf("pins before the cleaner: %d, want 1", got)
+	}
+	c.dns.pins.expire(time.Now())
+	if got := c.dns.pins.count(); got != 0 {
+		t.Errorf("pins after the cleaner: %d, want 0", got)
+	}
+	// resolving again opens it again
+	c.expect(t,
+		"again lookup udp "+nowhere+" short.test A => NOERROR:127.0.0.22",
+		"reopened tcp 127.0.0.22 "+P+" => ok",
+	)
+}
+
+func TestConcurrentCallsPins(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	n := newNode(t, Config{Upstream: up.Addr})
+	P := fmt.Sprint(port)
+	a := n.newCall(t, compile(t, domainPolicy("enforce", port, "")))
+	// b may send UDP to 127.0.0.1 on any port: even so, a's resolver is not b's to use
+	b := n.newCall(t, compile(t, domainPolicy("enforce", port, `      - {cidr: 127.0.0.1/32, ports: ["1-65535"], protocol: udp}
+`)))
+	a.expect(t,
+		"lookup lookup udp "+nowhere+" other.test A => NOERROR:127.0.0.25",
+		"connect tcp 127.0.0.25 "+P+" => ok",
+	)
+	b.expect(t,
+		"neighbours tcp 127.0.0.25 "+P+" => EPERM",
+		"foreign udp 127.0.0.1 "+fmt.Sprint(a.dns.Port())+" => EPERM",
+		"foreign6 udp ::1 "+fmt.Sprint(a.dns.Port())+" => EPERM",
+		"own udp 127.0.0.1 "+fmt.Sprint(b.dns.Port())+" => ok",
+		"lookup lookup udp "+nowhere+" other.test A => NOERROR:127.0.0.25",
+		"mine tcp 127.0.0.25 "+P+" => ok",
+	)
+	if ev := a.dnsEvents(); len(ev) != 1 {
+		t.Errorf("a's dns events %+v: b's datagrams must not reach a's resolver", ev)
+	}
+}
+
+func TestAuditRecordsWouldBeRefusals(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	n := newNode(t, Config{Upstream: up.Addr})
+	c := n.newCall(t, compile(t, domainPolicy("audit", port, "")))
+	P := fmt.Sprint(port)
+	c.expect(t,
+		"lookup lookup udp "+nowhere+" denied.test A => NOERROR:127.0.0.24",
+		"connect tcp 127.0.0.24 "+P+" => ok",
+	)
+	ev := c.dnsEvents()
+	if len(ev) != 1 || ev[0].Verdict != event.DNSAuditRefused || ev[0].Rcode != "NOERROR" || !slices.Equal(ev[0].Answers, []string{"127.0.0.24"}) {
+		t.Errorf("events %+v", ev)
+	}
+	d := c.denials(1)
+	found := false
+	for _, x := range d {
+		if x.Audit == 1 && x.Port == uint16(port) && x.Addr[12] == 127 && x.Addr[15] == 24 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no would-be denial of 127.0.0.24:%d in %+v", port, d)
+	}
+}
+
+// A name the policy allows answered with the cloud metadata address (DNS rebinding): the pin
+// must not open a builtin deny. The connect is made from a network namespace the child makes
+// for itself (no route anywhere): allowed it would fail with ENETUNREACH, refused with EPERM,
+// and no packet can leave either way.
+func TestPinNeverOpensABuiltinDeny(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Zone{"meta.test": {dnstest.A("meta.test", "169.254.169.254", 60)}})
+	n := newNode(t, Config{Upstream: up.Addr})
+	c := n.newCall(t, compile(t, `spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: meta.test, ports: [80]}
+      - {cidr: 127.0.0.1/32, ports: [80]}
+`))
+	c.expect(t,
+		"lookup lookup udp "+nowhere+" meta.test A => NOERROR:169.254.169.254",
+		"netns unsharenet => ok",
+		"metadata tcp 169.254.169.254 80 => EPERM",
+		// the control: what the hooks let through fails here with ENETUNREACH (loopback is down)
+		"allowed tcp 127.0.0.1 80 => ENETUNREACH",
+	)
+}
+
+// A call that floods its resolver with queries delays nobody else: its neighbour's lookups
+// are answered and its pins work while the flood runs.
+func TestFloodStaysWithItsCall(t *testing.T) {
+	up := dnstest.Start(t, testZone())
+	port := targets(t, targetAddrs...)
+	n := newNode(t, Config{Upstream: up.Addr})
+	pol := compile(t, domainPolicy("enforce", port, ""))
+	flooder, neighbour := n.newCall(t, pol), n.newCall(t, pol)
+	done := make(chan map[string]string)
+	go func() { done <- flooder.run(t, "a flood "+nowhere+" 20000", "b flood "+nowhere+" 20000") }()
+	neighbour.expect(t,
+		"lookup lookup udp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+		"tcp lookup tcp "+nowhere+" other.test A => NOERROR:127.0.0.25",
+		"c1 tcp 127.0.0.21 "+fmt.Sprint(port)+" => ok",
+		"c2 tcp 127.0.0.25 "+fmt.Sprint(port)+" => ok",
+	)
+	got := <-done
+	if got["a"] == "0" || got["a"] == "" {
+		t.Fatalf("the flood sent nothing: %v", got)
+	}
+	for _, e := range neighbour.dnsEvents() {
+		if e.Name != "allowed.test" && e.Name != "other.test" {
+			t.Errorf("the neighbour recorded the flooder's query %+v", e)
+		}
+	}
+}
