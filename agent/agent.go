@@ -245,10 +245,10 @@ type Call struct {
 	netAttached, lsmAttached bool
 	refused                  []string
 	cgroupDir                string
-	dns    *dnsguard.Call // the call's resolver listeners (networked calls)
+	dns                      *dnsguard.Call // the call's resolver listeners (networked calls)
 	// resolved are the addresses its resolver answered, when its policy names domains (read
 	// by its worker: markUnresolved); nil otherwise.
-	resolved  *dnsguard.Resolved
+	resolved *dnsguard.Resolved
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
 	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,

@@ -87,7 +87,7 @@ type Event struct {
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
 
 	Credential *Credential `json:"credential,omitempty"`
-	DNS       *DNS       `json:"dns,omitempty"`
+	DNS        *DNS        `json:"dns,omitempty"`
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.

@@ -69,7 +69,7 @@ type options struct {
 	pprof                                bool
 
 	approvalsDir, approvalsToken, webhookURL, webhookSecret string
-	dnsUpstream                          string
+	dnsUpstream                                             string
 }
 
 func run(log *slog.Logger, o options) error {
