@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
@@ -65,6 +66,12 @@ func checkHonest(t *testing.T, c audit.Call) {
 	lost := rec.Dropped.Kernel + rec.Dropped.User
 	if rec.Complete != (lost == 0 && rec.IncompleteReason == "") {
 		t.Errorf("call %s: complete=%v with %d dropped and reason %q", c.Start.CallID, rec.Complete, lost, rec.IncompleteReason)
+	}
+	// A trail with events lost is degraded observability: a flood cannot leave the surface
+	// looking enforced.
+	obs := rec.Surfaces[len(rec.Surfaces)-1]
+	if obs.Surface != event.SurfaceObservability || (obs.State == event.StateDegraded) == rec.Complete {
+		t.Errorf("call %s: complete=%v, observability surface %+v", c.Start.CallID, rec.Complete, obs)
 	}
 }
 
