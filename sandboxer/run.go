@@ -201,6 +201,9 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if len(env.init.Approvals) > 0 {
 		layers = append(layers, event.LayerApproval)
 	}
+	// Every call: a clean environment, only brokered credentials, output scanned and redacted
+	// (credentials.go; the agent's registry scans every call for its neighbours' secrets).
+	layers = append(layers, event.LayerCredentials)
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
 		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,

@@ -16,6 +16,10 @@ const (
 	LayerCapabilities = "capabilities"    // the kernel's capability checks (the call has none)
 	LayerLeftovers    = "leftovers"       // the launcher's sweep of the workspace after the call
 	LayerApproval     = "approval"        // gated syscalls held at a seccomp user notification until a person decides
+	// LayerCredentials: the call holds only what the per-call broker gave it (a clean
+	// environment, brokered credentials revoked at its end), and its output is scanned for
+	// credentials (its own, other calls', the policy's patterns) and redacted.
+	LayerCredentials = "credential-broker"
 )
 
 // Surfaces are the six sandbox surfaces a call is bounded by: every denial, alert and limit is

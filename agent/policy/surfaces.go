@@ -7,12 +7,13 @@ import (
 )
 
 // surfaceLayers are the layers that bound each surface. A layer may serve several (the
-// call's cgroup isolates it and carries its caps). Credential and approval have none of
-// berm's own yet: their layers are what the call was given (SurfaceFacts).
+// call's cgroup isolates it and carries its caps).
 var surfaceLayers = map[string][]string{
 	event.SurfaceIsolation:     {event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs, event.LayerMount, event.LayerCapabilities},
 	event.SurfaceResource:      {event.LayerCgroup},
 	event.SurfacePolicy:        {event.LayerLandlock, event.LayerSeccomp, event.LayerCgroupSock, event.LayerLSM, event.LayerLeftovers},
+	event.SurfaceCredential:    {event.LayerCredentials},
+	event.SurfaceApproval:      {event.LayerApproval},
 	event.SurfaceObservability: {event.LayerTrace},
 }
 
@@ -30,10 +31,6 @@ type SurfaceFacts struct {
 	// Complete: the trail holds every event; a trail with events lost is degraded
 	// observability.
 	Complete bool
-	// Credential and Approval are the layers that enforced those surfaces for the call; none
-	// leaves the surface absent. (Their enforcement is not built yet: it sets these.)
-	Credential, Approval []string
-
 	Denials map[string]uint64 // surface -> denials (audit mode's would-be denials too)
 	Alerts  map[string]uint64 // surface -> alerts
 	Limits  uint64            // cap hits, all the resource surface's
@@ -45,18 +42,11 @@ func SurfaceStates(f SurfaceFacts) []event.SurfaceState {
 	for _, s := range event.Surfaces {
 		st := event.SurfaceState{Surface: s, Layers: []string{}}
 		var refused bool
-		switch s {
-		case event.SurfaceCredential:
-			st.Layers = append(st.Layers, f.Credential...)
-		case event.SurfaceApproval:
-			st.Layers = append(st.Layers, f.Approval...)
-		default:
-			for _, l := range surfaceLayers[s] {
-				if slices.Contains(f.Layers, l) {
-					st.Layers = append(st.Layers, l)
-				}
-				refused = refused || slices.Contains(f.Refused, l)
+		for _, l := range surfaceLayers[s] {
+			if slices.Contains(f.Layers, l) {
+				st.Layers = append(st.Layers, l)
 			}
+			refused = refused || slices.Contains(f.Refused, l)
 		}
 		if s == event.SurfaceResource && !f.Caps {
 			// The cgroup is there for every call; without caps it bounds nothing.

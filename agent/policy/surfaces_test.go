@@ -72,13 +72,12 @@ func TestSurfaceStates(t *testing.T) {
 			},
 		},
 		{
-			name: "credential and approval are what the call was given",
-			facts: SurfaceFacts{Layers: []string{event.LayerTrace}, Complete: true,
-				Credential: []string{"credential-broker"}, Approval: []string{"approval-gate"},
+			name: "credential and approval: the broker and the approval gate the call ran under",
+			facts: SurfaceFacts{Layers: []string{event.LayerTrace, event.LayerCredentials, event.LayerApproval}, Complete: true,
 				Denials: map[string]uint64{event.SurfaceCredential: 1}, Alerts: map[string]uint64{event.SurfaceApproval: 2}},
 			want: map[string]want{
-				event.SurfaceCredential:    {event.StateEnforced, []string{"credential-broker"}, 1},
-				event.SurfaceApproval:      {event.StateEnforced, []string{"approval-gate"}, 2},
+				event.SurfaceCredential:    {event.StateEnforced, []string{event.LayerCredentials}, 1},
+				event.SurfaceApproval:      {event.StateEnforced, []string{event.LayerApproval}, 2},
 				event.SurfaceObservability: {event.StateEnforced, []string{event.LayerTrace}, 0},
 			},
 		},

@@ -11,7 +11,7 @@ import (
 // serveConnects performs the connects the launcher's approval supervisor sends on fd (each
 // with the tool's socket and the address it copied) and answers each with its errno, until
 // the launcher closes the channel. A connect runs here because the init is in the call's
-// cgroup: the cgroup-sock egress programs judge it as the call's, exactly as the tool's own.
+// cgroup: the egress programs (bpf-cgroup-sock) judge it as the call's, exactly as the tool's own.
 // Only inet sockets come here (the supervisor connects others itself, as the tool).
 func serveConnects(fd int) {
 	r := NewReader(fd)
