@@ -475,7 +475,7 @@ spec:
 }
 
 // A connect rule: the supervisor connects the tool's own socket to the address it copied. The
-// cgroup-sock egress layer still judges that connect as the call's: an address the policy
+// bpf-cgroup-sock egress layer still judges that connect as the call's: an address the policy
 // does not allow stays refused though the supervisor made the call.
 func TestApprovalConnectHeld(t *testing.T) {
 	bermbin.RequireRoot(t)

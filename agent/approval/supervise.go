@@ -36,7 +36,7 @@ type SupervisorConfig struct {
 	Emit func(event.Event)
 	Log  *slog.Logger
 	// ConnectInet connects the tool's inet socket (a duplicate the supervisor owns) to addr
-	// from inside the call's cgroup (the sandbox init does it), so the cgroup-sock egress
+	// from inside the call's cgroup (the sandbox init does it), so the bpf-cgroup-sock egress
 	// layer judges the connect as the call's. Required when the rules hold connects.
 	ConnectInet func(sock int, addr []byte) unix.Errno
 	// Done is called at End, once no handler runs any more.
