@@ -34,7 +34,7 @@ import (
 //     a thread rewriting the path while the request waits changes memory nobody reads again.
 //   - connect: the address is copied the same way; the supervisor connects the tool's own
 //     socket (pidfd_getfd) to the copied address and answers with the result. The socket keeps
-//     its cgroup, so the cgroup-sock egress programs judge this connect as the tool's, and the
+//     its cgroup, so the bpf-cgroup-sock egress programs judge this connect as the tool's, and the
 //     acting thread's Landlock domain applies the tool's TCP rules. (One-shot allow in the
 //     cgroup layer was the alternative; it would need a new map and still re-read the address
 //     from the tool's memory at the hook, where it can have changed.)

@@ -31,9 +31,9 @@ type SurfaceFacts struct {
 	// Complete: the trail holds every event; a trail with events lost is degraded
 	// observability.
 	Complete bool
-	Denials map[string]uint64 // surface -> denials (audit mode's would-be denials too)
-	Alerts  map[string]uint64 // surface -> alerts
-	Limits  uint64            // cap hits, all the resource surface's
+	Denials  map[string]uint64 // surface -> denials (audit mode's would-be denials too)
+	Alerts   map[string]uint64 // surface -> alerts
+	Limits   uint64            // cap hits, all the resource surface's
 }
 
 // SurfaceStates computes the state of each surface, in event.Surfaces order.
