@@ -77,6 +77,17 @@ func (a *Agent) leakEvents(c *Call, hits []secrets.Hit, where string, ev *event.
 	var out []event.Event
 	for _, h := range hits {
 		a.m.credentialLeaks.Inc()
+		// A tool repeating a leak (a loop opening a path named after the secret) is scrubbed
+		// every time but recorded once per credential, call and place: alerts are never
+		// aggregated, and a flood of them would be the tool's to make.
+		key := h.CallKey + "/" + h.Name + "/" + where + "/" + h.Encoding
+		if c.leaksSeen == nil {
+			c.leaksSeen = map[string]bool{}
+		}
+		if c.leaksSeen[key] {
+			continue
+		}
+		c.leaksSeen[key] = true
 		cr := &event.Credential{Name: h.Name, Action: event.CredentialLeaked, Fingerprint: h.Fingerprint, Result: "redacted", Where: where, Encoding: h.Encoding}
 		if h.CallKey != c.Start.CallKey {
 			cr.OtherCall, cr.OtherTenant = h.CallKey, h.Tenant
