@@ -272,6 +272,9 @@ type Call struct {
 	procs   map[uint32]string // pid -> executable
 	pending []event.Event
 	agg     aggregator
+	// leaksSeen: the live secrets already recorded as found in this call's trail, by owner,
+	// name, place and encoding (credentials.go).
+	leaksSeen map[string]bool
 	// journalLost are events the journal refused (disk full, I/O error), journalErr why.
 	journalLost uint64
 	journalErr  error

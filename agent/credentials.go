@@ -52,6 +52,12 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 		s("path", &ev.Denial.Object)
 	case ev.Aggregate != nil:
 		s("path", &ev.Aggregate.Object)
+	case ev.DNS != nil:
+		// A secret sent out as labels of a name (a DNS exfiltration), in any of its forms.
+		s("dns name", &ev.DNS.Name)
+		for i := range ev.DNS.CNAMEs {
+			s("dns name", &ev.DNS.CNAMEs[i])
+		}
 	}
 	return a.leakEvents(c, hits, where, ev)
 }
@@ -77,6 +83,17 @@ func (a *Agent) leakEvents(c *Call, hits []secrets.Hit, where string, ev *event.
 	var out []event.Event
 	for _, h := range hits {
 		a.m.credentialLeaks.Inc()
+		// A tool repeating a leak (a loop opening a path named after the secret) is scrubbed
+		// every time but recorded once per credential, call and place: alerts are never
+		// aggregated, and a flood of them would be the tool's to make.
+		key := h.CallKey + "/" + h.Name + "/" + where + "/" + h.Encoding
+		if c.leaksSeen == nil {
+			c.leaksSeen = map[string]bool{}
+		}
+		if c.leaksSeen[key] {
+			continue
+		}
+		c.leaksSeen[key] = true
 		cr := &event.Credential{Name: h.Name, Action: event.CredentialLeaked, Fingerprint: h.Fingerprint, Result: "redacted", Where: where, Encoding: h.Encoding}
 		if h.CallKey != c.Start.CallKey {
 			cr.OtherCall, cr.OtherTenant = h.CallKey, h.Tenant

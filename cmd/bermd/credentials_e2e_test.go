@@ -51,7 +51,9 @@ spec:
 	// The secret reached the other tenant's call (say, through a shared service): it prints it,
 	// passes it to a program and opens a path named after it.
 	r := d.run(t, "", "--tenant", "beta", "--call-id", "thief", "--workspace", wsB, "--",
-		"sh", "-c", "echo stolen "+secret+"; ls /tmp/"+secret+"; /bin/echo "+base64.StdEncoding.EncodeToString([]byte(secret)))
+		"sh", "-c", "echo stolen "+secret+"; ls /tmp/"+secret+"; /bin/echo "+base64.StdEncoding.EncodeToString([]byte(secret))+
+			// A loop repeating the leak must not flood the trail with alerts (never aggregated).
+			"; for i in $(seq 200); do ls /tmp/"+secret+" 2>/dev/null; done")
 	os.WriteFile(filepath.Join(wsA, "go"), nil, 0o644)
 	if a := <-done; a.Exit != 0 {
 		t.Fatalf("holder: %+v", a)
@@ -62,8 +64,10 @@ spec:
 	holder := d.call(t, "holder")
 	tl := bermbin.Timeline(t, d.state, "beta/thief")
 	where := map[string]bool{}
+	alerts := 0
 	for _, e := range tl.Events {
 		if e.Alert != nil && e.Alert.RuleID == "credential-cross-call" {
+			alerts++
 			if e.Alert.Surface != event.SurfaceCredential || !strings.Contains(e.Alert.Output, holder.Start.CallKey) || !strings.Contains(e.Alert.Output, tl.Call.Start.CallKey) {
 				t.Errorf("alert does not name both calls: %+v", e.Alert)
 			}
@@ -74,6 +78,9 @@ spec:
 		if e.Exec != nil && strings.Contains(strings.Join(e.Exec.Argv, " "), "xcall-") {
 			t.Errorf("the secret is in a recorded exec: %v", e.Exec.Argv)
 		}
+	}
+	if alerts == 0 || alerts > 10 {
+		t.Errorf("%d cross-call alerts: want one per place and encoding, not one per repetition", alerts)
 	}
 	for _, w := range []string{"stdout", "exec argv"} {
 		if !where[w] {
