@@ -1,0 +1,43 @@
+package grafana
+
+import (
+	"errors"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestServerStartStop starts the real Grafana (building it when it is not cached), reads its
+// health and admin API, and checks that Stop leaves neither the process nor the port behind.
+func TestServerStartStop(t *testing.T) {
+	s := ForTest(t, Config{PluginsDir: t.TempDir(), Provisioning: t.TempDir()})
+	var h struct {
+		Database string `json:"database"`
+		Version  string `json:"version"`
+	}
+	if err := s.Get("/api/health", &h); err != nil || h.Database != "ok" || h.Version == "" {
+		t.Fatalf("health: %v %+v", err, h)
+	}
+	var org struct {
+		Name string `json:"name"`
+	}
+	if err := s.Get("/api/org", &org); err != nil || org.Name == "" {
+		t.Fatalf("the admin's org: %v %+v", err, org)
+	}
+	s.Password = "wrong"
+	var se *StatusError
+	if err := s.Get("/api/org", nil); !errors.As(err, &se) || se.Code != http.StatusUnauthorized {
+		t.Errorf("a wrong password: %v", err)
+	}
+	pid := s.cmd.Process.Pid
+	s.Stop()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("grafana (pid %d) still there after Stop: %v", pid, err)
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	if resp, err := c.Get(s.URL() + "/api/health"); err == nil {
+		resp.Body.Close()
+		t.Errorf("port %d still answers after Stop", s.Port)
+	}
+}
