@@ -18,8 +18,9 @@ out=.bench/results.md
   go run ./testenv/bench/launch --bin bin
   echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
-  # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15).
-  for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s" "./agent/dnsguard 2s"; do
+  # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15);
+  # secrets: the output redactor and the trail scrub of the credential surface (issue 13).
+  for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s" "./agent/dnsguard 2s" "./agent/secrets 1s"; do
     set -- $spec
     echo
     echo "## go test -bench $1"

@@ -25,6 +25,11 @@ const innocentScript = `for i in $(seq %d); do : > f$i; done; rm -f f*`
 // floodScript floods until told to stop: every getppid of sysloop is an event.
 const floodScript = `while [ ! -e stop ]; do ./sysloop %d >/dev/null || exit; done`
 
+// busyScript is the flood's peer: a call as CPU-bound as the flooder (the same 1-CPU cap), whose
+// loop makes no event (its stat of the stop file is counted in the kernel, never sent). What the
+// innocents lose beside it is the CPU's share; what they lose more beside the flood is the audit's.
+const busyScript = `while [ ! -e stop-busy ]; do :; done`
+
 func main() {
 	bin := flag.String("bin", "bin", "directory with berm and bermd")
 	innocents := flag.Int("innocents", 20, "innocent calls, with and without the flood")
@@ -114,8 +119,22 @@ func main() {
 	benchkit.Must(os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644))
 	benchkit.Must(<-floodDone)
 
+	// The same innocents beside the CPU-bound peer.
+	d.Settle()
+	busy := exec.Command(berm, run("busy", "busy", ws, floodPol, "--", "sh", "-c", busyScript)...)
+	busy.Stderr = os.Stderr
+	benchkit.Must(busy.Start())
+	benchkit.OnExit(func() { busy.Process.Kill() })
+	busyDone := make(chan error, 1)
+	go func() { busyDone <- busy.Wait() }()
+	time.Sleep(time.Second)
+	nextToBusy := runInnocents(d, berm, work, "busy", *innocents, *files, run)
+	benchkit.Must(os.WriteFile(filepath.Join(ws, "stop-busy"), nil, 0o644))
+	benchkit.Must(<-busyDone)
+
 	recs := records(berm, state)
 	flooder := record(recs, "flooder")
+	busyRec := record(recs, "busy")
 	// An innocent ran beside the flood when its whole call lay within the flooder's.
 	beside := func(c audit.Call) bool {
 		return !c.Record.Start.Before(flooder.Record.Start) && !c.Record.End.After(flooder.Record.End)
@@ -128,8 +147,11 @@ func main() {
 	rep := report{
 		innocents: *innocents, files: *files, floodChunk: *floodChunk, flooder: flooder,
 		floodWall: floodWall, floodCPU: fcpu1 - fcpu0,
-		base:   summarize(recs, tr, "base", base, nil),
-		flood:  summarize(recs, tr, "flood", during, beside),
+		base:  summarize(recs, tr, "base", base, nil),
+		flood: summarize(recs, tr, "flood", during, beside),
+		busy: summarize(recs, tr, "busy", nextToBusy, func(c audit.Call) bool {
+			return !c.Record.Start.Before(busyRec.Record.Start) && !c.Record.End.After(busyRec.Record.End)
+		}),
 		audits: audits, auditedN: *audited,
 		rounds: *rounds, bare: benchkit.Median(bare), outside: benchkit.Median(outside), traced: benchkit.Median(traced),
 	}

@@ -71,7 +71,7 @@ type auditRun struct {
 type report struct {
 	innocents, files, floodChunk int
 	floodWall, floodCPU          time.Duration // the innocents' run beside the flood, and bermd's CPU in it
-	base, flood                  innocentSet
+	base, flood, busy            innocentSet   // alone, beside the flood, beside a CPU-bound call with no events
 	flooder                      audit.Call
 	audits                       []auditRun
 	auditedN                     int
@@ -88,25 +88,33 @@ func (r report) print() {
 	fmt.Println("for bermd to settle (no sandbox starting); its latency is `berm run`, start to exit. Deletions are")
 	fmt.Println("counted in each call's trail in the journal (what `berm timeline` shows).")
 	fmt.Println()
-	fmt.Println("| innocent calls | no flood | beside the flood |")
-	fmt.Println("|---|---|---|")
-	b, f := r.base, r.flood
-	fmt.Printf("| ran entirely within the flooder's call | - | %d of %d |\n", f.beside, f.n)
-	fmt.Printf("| complete | %d of %d | %d of %d |\n", b.complete, b.n, f.complete, f.n)
-	fmt.Printf("| events recorded per call (min-max) | %d-%d | %d-%d |\n", b.eventsMin, b.eventsMax, f.eventsMin, f.eventsMax)
-	fmt.Printf("| deletions in their trails | %d of %d | %d of %d |\n", b.deletions, b.n*r.files, f.deletions, f.n*r.files)
-	fmt.Printf("| dropped, kernel / agent (all calls) | %d / %d | **%d / %d** |\n", b.kernel, b.user, f.kernel, f.user)
-	fmt.Printf("| latency p50 | %s | %s (x%.2f) |\n", benchkit.MS(b.p50), benchkit.MS(f.p50), ratio(f.p50, b.p50))
-	fmt.Printf("| latency p99 | %s | %s (x%.2f) |\n", benchkit.MS(b.p99), benchkit.MS(f.p99), ratio(f.p99, b.p99))
-	fmt.Printf("| of which the call, sandbox set up to record (p50 / p99) | %s / %s | %s / %s |\n",
-		benchkit.MS(b.run50), benchkit.MS(b.run99), benchkit.MS(f.run50), benchkit.MS(f.run99))
-	fmt.Printf("| of which the start, sandbox set up to the tool's first event (p50 / p99) | %s / %s | %s / %s |\n",
-		benchkit.MS(b.lead50), benchkit.MS(b.lead99), benchkit.MS(f.lead50), benchkit.MS(f.lead99))
-	fmt.Printf("| of which the tool, first event to last (p50 / p99) | %s / %s | %s / %s |\n",
-		benchkit.MS(b.span50), benchkit.MS(b.span99), benchkit.MS(f.span50), benchkit.MS(f.span99))
-	fmt.Printf("| of which the end, last event to record (p50 / p99) | %s / %s | %s / %s |\n",
-		benchkit.MS(b.lag50), benchkit.MS(b.lag99), benchkit.MS(f.lag50), benchkit.MS(f.lag99))
-	for _, why := range append(b.reasons, f.reasons...) {
+	fmt.Println("The third column is the flood's peer: the same innocents beside a call as CPU-bound as the")
+	fmt.Println("flooder (same 1-CPU cap) whose loop makes no event. Beside the flood / beside the peer is what")
+	fmt.Println("the flood's audit costs its neighbours over the CPU it takes.")
+	fmt.Println()
+	fmt.Println("| innocent calls | no flood | beside the flood | beside a CPU-bound call, no events |")
+	fmt.Println("|---|---|---|---|")
+	b, f, c := r.base, r.flood, r.busy
+	fmt.Printf("| ran entirely within the neighbour's call | - | %d of %d | %d of %d |\n", f.beside, f.n, c.beside, c.n)
+	fmt.Printf("| complete | %d of %d | %d of %d | %d of %d |\n", b.complete, b.n, f.complete, f.n, c.complete, c.n)
+	fmt.Printf("| events recorded per call (min-max) | %d-%d | %d-%d | %d-%d |\n", b.eventsMin, b.eventsMax, f.eventsMin, f.eventsMax, c.eventsMin, c.eventsMax)
+	fmt.Printf("| deletions in their trails | %d of %d | %d of %d | %d of %d |\n", b.deletions, b.n*r.files, f.deletions, f.n*r.files, c.deletions, c.n*r.files)
+	fmt.Printf("| dropped, kernel / agent (all calls) | %d / %d | **%d / %d** | %d / %d |\n", b.kernel, b.user, f.kernel, f.user, c.kernel, c.user)
+	fmt.Printf("| latency p50 | %s | %s (x%.2f) | %s (x%.2f) |\n", benchkit.MS(b.p50), benchkit.MS(f.p50), ratio(f.p50, b.p50), benchkit.MS(c.p50), ratio(c.p50, b.p50))
+	fmt.Printf("| latency p99 | %s | %s (x%.2f) | %s (x%.2f) |\n", benchkit.MS(b.p99), benchkit.MS(f.p99), ratio(f.p99, b.p99), benchkit.MS(c.p99), ratio(c.p99, b.p99))
+	row := func(name string, x func(innocentSet) (time.Duration, time.Duration)) {
+		fmt.Printf("| %s (p50 / p99) |", name)
+		for _, s := range []innocentSet{b, f, c} {
+			p50, p99 := x(s)
+			fmt.Printf(" %s / %s |", benchkit.MS(p50), benchkit.MS(p99))
+		}
+		fmt.Println()
+	}
+	row("of which the call, sandbox set up to record", func(s innocentSet) (time.Duration, time.Duration) { return s.run50, s.run99 })
+	row("of which the start, sandbox set up to the tool's first event", func(s innocentSet) (time.Duration, time.Duration) { return s.lead50, s.lead99 })
+	row("of which the tool, first event to last", func(s innocentSet) (time.Duration, time.Duration) { return s.span50, s.span99 })
+	row("of which the end, last event to record", func(s innocentSet) (time.Duration, time.Duration) { return s.lag50, s.lag99 })
+	for _, why := range append(append(b.reasons, f.reasons...), c.reasons...) {
 		fmt.Printf("\nincomplete: %s\n", audit.Safe(why))
 	}
 
@@ -130,7 +138,8 @@ func (r report) print() {
 	}
 	fmt.Printf("\ninnocent neighbour of a flood: **%d events lost**, %d of %d complete, %d of %d deletions recorded (target: 0 lost, every record complete: **%s**); ",
 		lost, f.complete, f.n, f.deletions, f.n*r.files, verdict)
-	fmt.Printf("its latency beside the flood: p50 x%.2f, p99 x%.2f (target: unchanged)\n\n", ratio(f.p50, b.p50), ratio(f.p99, b.p99))
+	fmt.Printf("its latency beside the flood: p50 x%.2f, p99 x%.2f; beside the flood over beside a CPU-bound call with no events (the audit's share): p50 x%.2f, p99 x%.2f (target: unchanged)\n\n",
+		ratio(f.p50, b.p50), ratio(f.p99, b.p99), ratio(f.p50, c.p50), ratio(f.p99, c.p99))
 
 	fmt.Printf("## Kernel to journal (fully audited calls alone: `sysloop %d`, getppid traced)\n\n", r.auditedN)
 	fmt.Println("Each call's event budget is above its syscalls, so each event is journalled one by one. Wall time")
