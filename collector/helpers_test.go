@@ -246,7 +246,7 @@ func makeEvent(callID string, c int, seq uint64, at time.Time) event.Event {
 			e.DNS = &event.DNS{Name: "exfil.example", Type: "TXT", Rcode: "REFUSED", Verdict: event.DNSRefused, Transport: "tcp"}
 		}
 	}
-	if seq%100 == 29 {
+	if seq%100 == 59 {
 		e.Kind, e.Open = event.KindApproval, nil
 		e.Approval = &event.Approval{Outcome: "approved", ID: "a1b2c3d4e5f6", Action: "unlink", Syscall: "unlinkat", Object: "/ws/reports/a",
 			Rule: "delete-reports", By: "alice", Channel: "api", Reason: "ok", LatencyNs: 1500000000, Result: 0, Approvers: []string{"oncall"}}
