@@ -128,13 +128,13 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 	}
 	// and the violations are the fixture's
 	for _, want := range []struct{ tool, surface, state string }{
-		{"shell", "credential", "absent"},
+		{"shell", "credential", "enforced"}, // the broker: every call
 		{"shell", "approval", "absent"},
-		{"writer", "policy", "violated ×2"},
+		{"writer", "policy", "violated ×4"}, // two Landlock denials and the denied-write rules' two alerts
 		{"escaper", "isolation", "violated ×1"},
 		{"escaper", "policy", "violated ×1"},   // seccomp refused the unshare
 		{"sleeper", "resource", "violated ×2"}, // the limit hit and its alert
-		{"planter", "policy", "violated ×1"},   // the egress denial
+		{"planter", "policy", "violated ×2"},   // the egress denial and the /dev/tcp rule's alert
 	} {
 		if got := find(t, m, "tool", want.tool)[want.surface]; got != want.state {
 			t.Errorf("matrix %s × %s = %q, want %q", want.tool, want.surface, got, want.state)
@@ -164,13 +164,18 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 	if r := row(top, 0); r["tool"] != "escaper" && r["tool"] != "writer" && r["tool"] != "sleeper" {
 		t.Errorf("top tool: %v", r)
 	}
-	if n := f.sum(t, top, "violations"); n != 7 {
-		t.Errorf("violations of all tools: %d, want 7 (2 writer, 2 escaper, 2 sleeper, 1 planter)", n)
+	if n := f.sum(t, top, "violations"); n != 10 {
+		t.Errorf("violations of all tools: %d, want 10 (4 writer, 2 escaper, 2 sleeper, 2 planter)", n)
 	}
 
+	// one series per severity the calls' alerts have, after the time
+	severities := map[string]bool{}
+	for _, sev := range col(t, f.must(t, c, pc, map[string]any{"queryType": "alerts"})[0], "severity") {
+		severities[sev] = true
+	}
 	a := f.must(t, c, pc, map[string]any{"queryType": "alerts_over_time", "groupBy": "severity"})[0]
-	if len(a.Fields) != 3 {
-		t.Errorf("alerts by severity: %d fields, want time, high, low", len(a.Fields))
+	if len(a.Fields) != 1+len(severities) || !severities["high"] || !severities["low"] || a.Fields[0].Type() != data.FieldTypeTime {
+		t.Errorf("alerts by severity: %d fields, want time and one per severity of %v (high and low among them)", len(a.Fields), severities)
 	}
 	rules := f.must(t, c, pc, map[string]any{"queryType": "top_rules"})[0]
 	find(t, rules, "rule", "escape-unshare")
@@ -203,7 +208,7 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 	if r := find(t, sum, "field", "surface isolation"); r["value"] != "violated ×1" {
 		t.Errorf("the alert call's isolation: %v", r)
 	}
-	if r := find(t, sum, "field", "surface credential"); r["value"] != "absent" {
+	if r := find(t, sum, "field", "surface credential"); r["value"] != "enforced" {
 		t.Errorf("the alert call's credential surface: %v", r)
 	}
 	find(t, sum, "field", "tool")
