@@ -14,13 +14,8 @@ import (
 // cmdMatrix prints the tools x surfaces matrix of the calls that started in the window.
 func cmdMatrix(args []string) int {
 	fs := flag.NewFlagSet("matrix", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
-	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
-	since := fs.String("since", "24h", "calls started since: a duration ago (24h) or an RFC 3339 time")
-	tenant := fs.String("tenant", "", "only this tenant")
-	tool := fs.String("tool", "", "only this tool")
+	cf := addCallFlags(fs, "24h", "calls started since: a duration ago (24h) or an RFC 3339 time")
 	surface := fs.String("surface", "", "only this surface's column")
-	asJSON := fs.Bool("json", false, "JSON output")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -30,12 +25,7 @@ func cmdMatrix(args []string) int {
 	if *surface != "" && !slices.Contains(event.Surfaces, *surface) {
 		return fail("--surface: expected one of %v, got %q", event.Surfaces, *surface)
 	}
-	f := audit.Filter{Tool: *tool, Tenant: *tenant}
-	var err error
-	if f.Since, err = parseSince(*since); err != nil {
-		return fail("%v", err)
-	}
-	src, closeSrc, err := openSource(*stateDir, *source)
+	f, src, closeSrc, err := cf.open()
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -48,7 +38,7 @@ func cmdMatrix(args []string) int {
 	if *surface != "" {
 		m = m.Only(*surface)
 	}
-	if *asJSON {
+	if *cf.asJSON {
 		err = audit.PrintMatrixJSON(os.Stdout, m)
 	} else {
 		err = audit.PrintMatrix(os.Stdout, m, colourOut())

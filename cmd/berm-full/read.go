@@ -50,23 +50,42 @@ func parseSince(since string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("--since: expected a duration like 1h or an RFC 3339 time, got %q", since)
 }
 
+// callFlags are what berm calls and berm matrix share: where to read, and which calls.
+type callFlags struct {
+	stateDir, source, tool, tenant, since *string
+	asJSON                                *bool
+}
+
+// addCallFlags defines the shared flags on fs; since is --since's default ("" for no bound).
+func addCallFlags(fs *flag.FlagSet, since, sinceHelp string) callFlags {
+	return callFlags{
+		stateDir: fs.String("state-dir", "/var/lib/berm", "state directory (journal)"),
+		source:   fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB"),
+		tool:     fs.String("tool", "", "only this tool"),
+		tenant:   fs.String("tenant", "", "only this tenant"),
+		since:    fs.String("since", since, sinceHelp),
+		asJSON:   fs.Bool("json", false, "JSON output"),
+	}
+}
+
+// open reads the filter the flags give and opens the source; the func closes it.
+func (c callFlags) open() (audit.Filter, audit.Source, func(), error) {
+	f := audit.Filter{Tool: *c.tool, Tenant: *c.tenant}
+	var err error
+	if f.Since, err = parseSince(*c.since); err != nil {
+		return f, nil, nil, err
+	}
+	src, closeSrc, err := openSource(*c.stateDir, *c.source)
+	return f, src, closeSrc, err
+}
+
 func cmdCalls(args []string) int {
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
-	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
-	tool := fs.String("tool", "", "only this tool")
-	tenant := fs.String("tenant", "", "only this tenant")
-	since := fs.String("since", "", "only calls started since: a duration ago (1h) or an RFC 3339 time")
-	asJSON := fs.Bool("json", false, "JSON output")
+	cf := addCallFlags(fs, "", "only calls started since: a duration ago (1h) or an RFC 3339 time")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	f := audit.Filter{Tool: *tool, Tenant: *tenant}
-	var err error
-	if f.Since, err = parseSince(*since); err != nil {
-		return fail("%v", err)
-	}
-	src, closeSrc, err := openSource(*stateDir, *source)
+	f, src, closeSrc, err := cf.open()
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -75,7 +94,7 @@ func cmdCalls(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if *asJSON {
+	if *cf.asJSON {
 		err = audit.PrintCallsJSON(os.Stdout, calls)
 	} else {
 		err = audit.PrintCalls(os.Stdout, calls)
