@@ -17,6 +17,32 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
   ];
   // The query's text fields, interpolated before the query leaves the browser.
   var FIELDS = ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text', 'call', 'groupBy', 'field'];
+  // The fields each query type reads (a Go test derives them from the backend's SQL and checks
+  // the editor shows exactly these); a type missing here shows every field.
+  var TYPE_FIELDS = {
+    alerts: ['tenant', 'tool', 'surface', 'text', 'call', 'limit'],
+    alerts_over_time: ['tenant', 'tool', 'surface', 'groupBy'],
+    backlog: ['tenant', 'tool', 'host'],
+    call_denials: ['tenant', 'call', 'limit'],
+    call_files: ['tenant', 'call', 'limit'],
+    call_network: ['tenant', 'call', 'limit'],
+    call_summary: ['tenant', 'call'],
+    calls: ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text', 'limit'],
+    completeness: ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text'],
+    drops: ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text'],
+    egress_denials: ['tenant', 'tool', 'limit'],
+    escape_syscalls: ['tenant', 'tool', 'limit'],
+    first_seen: ['tenant', 'tool', 'limit'],
+    ingest_lag: ['tenant', 'tool', 'host'],
+    matrix: ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text'],
+    process_tree: ['tenant', 'call', 'limit'],
+    stats: ['tenant', 'tool', 'host', 'surface', 'endReason', 'complete', 'text'],
+    timeline: ['tenant', 'call', 'groupBy', 'limit'],
+    top_rules: ['tenant', 'tool', 'surface', 'limit'],
+    top_tools: ['tenant', 'tool', 'surface', 'limit'],
+    values: ['tenant', 'tool', 'host', 'field', 'limit'],
+    violations_over_time: ['tenant', 'tool', 'surface']
+  };
 
   class BermDataSource extends runtime.DataSourceWithBackend {
     constructor(settings) {
@@ -40,36 +66,60 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
       return !!query.queryType;
     }
 
-    // Variable queries: {queryType: 'values', field: 'tenant' | 'tool' | 'host' | 'call'}.
+    // Variable queries: {queryType: 'values', field: 'tenant' | 'tool' | 'host' | 'call'}, or
+    // the field alone as text (Grafana's editor for datasources without one of their own). They
+    // go through query(), the panels' path: the same interpolation, request and frame decoding.
     metricFindQuery(query, options) {
-      var q = typeof query === 'string' ? { field: query } : Object.assign({}, query);
+      var q = typeof query === 'string' ? { field: query.trim() } : Object.assign({}, query);
       q.queryType = 'values';
-      q.refId = 'V';
-      q = this.applyTemplateVariables(q, (options && options.scopedVars) || {});
-      q.datasource = { uid: this.uid, type: this.type };
-      var range = (options && options.range) || runtime.getTemplateSrv().timeRange;
-      var body = { queries: [q] };
-      if (range) {
-        body.from = String(range.from.valueOf());
-        body.to = String(range.to.valueOf());
-      }
-      return runtime.getBackendSrv().post('/api/ds/query', body).then(function (resp) {
-        var res = resp.results && resp.results.V;
-        if (!res || !res.frames || !res.frames.length) {
-          return [];
-        }
-        var vals = res.frames[0].data.values;
-        return vals[0].map(function (text, i) {
-          return { text: text, value: vals[1][i] };
+      q.refId = 'berm-values';
+      var request = {
+        targets: [q],
+        range: (options && options.range) || data.getDefaultTimeRange(),
+        scopedVars: (options && options.scopedVars) || {},
+        requestId: 'berm-values',
+        intervalMs: 60000,
+        maxDataPoints: 1000
+      };
+      var self = this;
+      return new Promise(function (resolve, reject) {
+        var last;
+        self.query(request).subscribe({
+          next: function (r) { last = r; },
+          error: reject,
+          complete: function () {
+            if (!last) {
+              return reject(new Error('berm: the values query gave no response'));
+            }
+            if (last.error) {
+              return reject(new Error(last.error.message || 'berm: the values query failed'));
+            }
+            var frame = last.data && last.data[0];
+            if (!frame || !frame.fields || frame.fields.length < 2) {
+              return resolve([]);
+            }
+            var texts = toArray(frame.fields[0].values);
+            var values = toArray(frame.fields[1].values);
+            resolve(texts.map(function (text, i) {
+              return { text: String(text), value: String(values[i]) };
+            }));
+          }
         });
       });
     }
   }
 
-  function field(label, value, onChange, tooltip, width) {
-    return h(ui.InlineField, { label: label, labelWidth: 16, tooltip: tooltip },
+  // A field's values: an array from Grafana 10, a Vector before it.
+  function toArray(v) {
+    return Array.isArray(v) ? v : v.toArray();
+  }
+
+  // field is a labelled text input; id ties the label to it (clicking the label focuses it,
+  // screen readers name it), so ids are unique per page: query editors prefix their refId.
+  function field(id, label, value, onChange, tooltip, width) {
+    return h(ui.InlineField, { key: id, label: label, labelWidth: 16, tooltip: tooltip, htmlFor: id },
       h(ui.Input, {
-        width: width || 40, value: value || '',
+        id: id, width: width || 40, value: value || '',
         onChange: function (e) { onChange(e.currentTarget.value); }
       }));
   }
@@ -86,12 +136,12 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
     }
     var secureSet = options.secureJsonFields && options.secureJsonFields.password;
     return h('div', { className: 'gf-form-group' },
-      field('ClickHouse DSN', jd.dsn, setJSON('dsn'), 'clickhouse://host:9000/database (native protocol)', 60),
-      field('Database', jd.database, setJSON('database'), 'overrides the DSN\'s database'),
-      field('Tenant', jd.tenant, setJSON('tenant'), 'restrict every query of this datasource to one tenant'),
-      h(ui.InlineField, { label: 'Password', labelWidth: 16 },
+      field('berm-config-dsn', 'ClickHouse DSN', jd.dsn, setJSON('dsn'), 'clickhouse://host:9000/database (native protocol)', 60),
+      field('berm-config-database', 'Database', jd.database, setJSON('database'), 'overrides the DSN\'s database'),
+      field('berm-config-tenant', 'Tenant', jd.tenant, setJSON('tenant'), 'restrict every query of this datasource to one tenant'),
+      h(ui.InlineField, { label: 'Password', labelWidth: 16, htmlFor: 'berm-config-password' },
         h(ui.SecretInput, {
-          width: 40, isConfigured: !!secureSet,
+          id: 'berm-config-password', width: 40, isConfigured: !!secureSet,
           value: (options.secureJsonData && options.secureJsonData.password) || '',
           onReset: function () {
             props.onOptionsChange(Object.assign({}, options, {
@@ -107,8 +157,24 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
         })));
   }
 
+  // The query editor's text fields: the model's JSON name, label and tooltip.
+  var EDITOR_FIELDS = [
+    ['tenant', 'Tenant', 'a tenant, a list (a,b), * or a variable: ${tenant:csv}'],
+    ['tool', 'Tool', 'a tool, a list, * or ${tool:csv}'],
+    ['host', 'Host', 'a host, a list, * or ${host:csv}'],
+    ['surface', 'Surface', 'isolation, resource, policy, credential, approval, observability'],
+    ['endReason', 'End reason', 'exit, timeout, memory_limit, ...'],
+    ['complete', 'Complete', 'true, false or empty'],
+    ['text', 'Text', 'free text: call id, argv, a path, address or syscall of an event'],
+    ['call', 'Call', 'a call key or id'],
+    ['groupBy', 'Group by', 'alerts_over_time: rule, severity or surface; timeline: an event kind'],
+    ['field', 'Values of', 'tenant, tool, host or call'],
+    ['limit', 'Limit', 'rows, 1000 when empty']
+  ];
+
   function QueryEditor(props) {
     var q = props.query;
+    var prefix = 'berm-' + (q.refId || 'A') + '-';
     function set(key) {
       return function (v) {
         var next = Object.assign({}, q);
@@ -117,24 +183,21 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
       };
     }
     var typeOptions = QUERY_TYPES.map(function (t) { return { label: t, value: t }; });
+    var shown = q.queryType ? (TYPE_FIELDS[q.queryType] || EDITOR_FIELDS.map(function (f) { return f[0]; })) : [];
+    var inputs = EDITOR_FIELDS.filter(function (f) { return shown.indexOf(f[0]) >= 0; }).map(function (f) {
+      if (f[0] === 'limit') {
+        return field(prefix + 'limit', f[1], q.limit ? String(q.limit) : '', set('limit'), f[2], 12);
+      }
+      return field(prefix + f[0], f[1], q[f[0]], set(f[0]), f[2]);
+    });
     return h('div', null,
-      h(ui.InlineField, { label: 'Query type', labelWidth: 16 },
+      h(ui.InlineField, { label: 'Query type', labelWidth: 16, htmlFor: prefix + 'type' },
         h(ui.Select, {
-          width: 40, options: typeOptions, value: q.queryType,
+          inputId: prefix + 'type', width: 40, options: typeOptions, value: q.queryType || null,
           onChange: function (v) { set('queryType')(v.value); props.onRunQuery(); }
         })),
-      field('Tenant', q.tenant, set('tenant'), 'a tenant, a list (a,b), * or a variable: ${tenant:csv}'),
-      field('Tool', q.tool, set('tool'), 'a tool, a list, * or ${tool:csv}'),
-      field('Host', q.host, set('host')),
-      field('Surface', q.surface, set('surface'), 'isolation, resource, policy, credential, approval, observability'),
-      field('End reason', q.endReason, set('endReason'), 'exit, timeout, memory_limit, ...'),
-      field('Complete', q.complete, set('complete'), 'true, false or empty'),
-      field('Text', q.text, set('text'), 'free text: call id, argv, a path, address or syscall of an event'),
-      field('Call', q.call, set('call'), 'a call key or id (call panels)'),
-      field('Group by', q.groupBy, set('groupBy'), 'alerts_over_time: rule, severity or surface; timeline: an event kind'),
-      field('Values of', q.field, set('field'), 'values: tenant, tool, host or call'),
-      field('Limit', q.limit ? String(q.limit) : '', set('limit'), 'rows, 1000 when empty', 12),
-      h(ui.Button, { variant: 'secondary', onClick: props.onRunQuery }, 'Run'));
+      inputs,
+      h(ui.Button, { variant: 'secondary', onClick: function () { props.onRunQuery(); } }, 'Run'));
   }
 
   var plugin = new data.DataSourcePlugin(BermDataSource)
