@@ -8,6 +8,9 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm for dashboards/plugin's frontend tests: Debian's package, unless the nodejs installed
+# brings its own (NodeSource's provides and conflicts with Debian's npm).
+if [ $# -eq 0 ] && ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing packages: ${missing[*]} (run as root, e.g. sudo make test)" >&2
