@@ -4,7 +4,7 @@
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { load, loadModule } = require('./harness');
+const { load, loadModule, checkConsole } = require('./harness');
 
 const React = load('react');
 const { render, screen, cleanup, fireEvent } = load('@testing-library/react');
@@ -31,7 +31,7 @@ function settings(extra) {
   }, extra);
 }
 
-test.afterEach(() => cleanup());
+test.afterEach(() => { cleanup(); checkConsole(); });
 
 test('config editor: DSN, database and tenant go to jsonData', async () => {
   const changes = [];

@@ -43,6 +43,21 @@ const deps = {
   '@grafana/ui': load('@grafana/ui'),
 };
 
+// React and Grafana's components report misuse (a missing key, an unknown prop, an update
+// outside act) on console.error and go on: each test fails on any (checkConsole).
+const consoleErrors = [];
+const consoleError = console.error;
+console.error = (...args) => {
+  consoleErrors.push(require('node:util').format(...args));
+  consoleError(...args);
+};
+function checkConsole() {
+  const errs = consoleErrors.splice(0);
+  if (errs.length) {
+    throw new Error('console.error during the test:\n' + errs.join('\n'));
+  }
+}
+
 // loadModule runs dist/module.js as Grafana would: a script whose define names its
 // dependencies; it gives the module's exports.
 function loadModule(file) {
@@ -81,4 +96,4 @@ function record(name, value) {
   fs.writeFileSync(path.join(dir, name + '.json'), JSON.stringify(value, null, 1));
 }
 
-module.exports = { load, deps, loadModule, record };
+module.exports = { load, deps, loadModule, record, checkConsole };

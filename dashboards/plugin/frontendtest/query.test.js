@@ -6,7 +6,7 @@
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { load, loadModule, record } = require('./harness');
+const { load, loadModule, record, checkConsole } = require('./harness');
 
 const React = load('react');
 const { render, screen, cleanup, within } = load('@testing-library/react');
@@ -51,7 +51,7 @@ async function openTypes(user) {
   return screen.getAllByLabelText('Select option');
 }
 
-test.afterEach(() => cleanup());
+test.afterEach(() => { cleanup(); checkConsole(); });
 
 test('query editor: a new query shows only the query type', () => {
   render(React.createElement(Row, { initial: { refId: 'A' }, changes: [], runs: [] }));
@@ -116,4 +116,14 @@ test('query editor: a saved query shows its values; two editors on a page keep t
   assert.equal(document.getElementById('berm-B-call').value, 'c-1');
   assert.equal(document.querySelectorAll('[id="berm-A-tenant"]').length, 1);
   assert.equal(within(screen.getByTestId('row-A')).getByText('calls').textContent, 'calls', 'the chosen type is shown');
+});
+
+test('query editor: markup in a saved query is shown as text, not parsed', () => {
+  const evil = '"><img src=x onerror="globalThis.pwned=1">';
+  render(React.createElement(Row, { initial: { refId: 'A', queryType: 'calls', tool: evil, text: '</div><script>globalThis.pwned=1</script>' }, changes: [], runs: [] }));
+  const row = screen.getByTestId('row-A');
+  assert.equal(row.querySelector('img'), null);
+  assert.equal(row.querySelector('script'), null);
+  assert.equal(document.getElementById('berm-A-tool').value, evil);
+  assert.equal(globalThis.pwned, undefined);
 });

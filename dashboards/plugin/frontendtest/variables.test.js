@@ -6,7 +6,7 @@
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { load, loadModule, record } = require('./harness');
+const { load, loadModule, record, checkConsole } = require('./harness');
 const { TemplateSrv } = require('./templatesrv');
 const { BackendSrv, golden } = require('./backendsrv');
 
@@ -42,6 +42,7 @@ runtime.setDataSourceSrv({
   reload: async () => {},
 });
 const ds = new plugin.DataSourceClass(settings);
+test.afterEach(() => checkConsole());
 
 const from = data.dateTime(1_799_996_400_000);
 const to = data.dateTime(1_800_000_000_000);
