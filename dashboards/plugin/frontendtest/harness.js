@@ -68,7 +68,7 @@ function loadModule(file) {
     calls++;
     const missing = names.filter((n) => !(n in deps));
     if (missing.length) {
-      throw new Error(`module.js asks for ${missing.join(', ')}, which Grafana does not provide here`);
+      throw new Error(`module.js asks for ${missing.join(', ')}, which this harness does not provide (Grafana 10.1's plugin_loader.ts exposes more)`);
     }
     exported = factory(...names.map((n) => deps[n]));
   };

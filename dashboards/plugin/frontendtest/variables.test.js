@@ -74,6 +74,14 @@ async function run(name, target, scopedVars, want) {
   return q;
 }
 
+test('the module exports a DataSourcePlugin of @grafana/data, as Grafana\'s importDataSourcePlugin wants', () => {
+  assert.ok(plugin instanceof data.DataSourcePlugin);
+  assert.ok(ds instanceof runtime.DataSourceWithBackend);
+  assert.equal(typeof plugin.components.ConfigEditor, 'function');
+  assert.equal(typeof plugin.components.QueryEditor, 'function');
+  assert.deepEqual(ds.getRef(), ref);
+});
+
 test('multi-value, All and single variables interpolate as comma-separated lists', async () => {
   const q = await run('variables', { queryType: 'calls', tenant: '$tenant', tool: '${tool}', host: '[[host]]', call: '$call', text: 'cost $5', limit: 5 },
     {}, { Tenants: null, Tools: ['git', 'curl'], Hosts: ['node-1', 'node-2'], Call: 'c-9' });
