@@ -44,7 +44,9 @@ func frontendCache() string {
 
 // npmCI installs frontendtest's locked packages once per lock file and gives the directory
 // whose node_modules holds them. A file lock keeps concurrent test binaries to one install;
-// the marker is written only after npm ci succeeded, so a failed install is retried.
+// the marker is written only after npm ci succeeded, so a failed install is retried. The lock
+// is then held shared until the test ends, so that another worktree's install, which removes
+// older installs, waits for the tests using one.
 func npmCI(t *testing.T, npm string) string {
 	t.Helper()
 	pkg, err := os.ReadFile("frontendtest/package.json")
@@ -65,10 +67,15 @@ func npmCI(t *testing.T, npm string) string {
 	if err != nil {
 		t.Fatalf("frontend cache lock: %v", err)
 	}
-	defer lf.Close()
+	t.Cleanup(func() { lf.Close() })
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatalf("frontend cache lock: %v", err)
 	}
+	defer func() {
+		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_SH); err != nil {
+			t.Fatalf("frontend cache lock: %v", err)
+		}
+	}()
 	marker := filepath.Join(dir, "installed")
 	if _, err := os.Stat(marker); err == nil {
 		return dir
