@@ -180,6 +180,7 @@ func TestFrontend(t *testing.T) {
 			} `json:"want"`
 		}
 		readOut(t, out, "requests", &recs)
+		t.Logf("%d requests the runtime built", len(recs))
 		if len(recs) == 0 {
 			t.Fatal("no request recorded")
 		}

@@ -7,6 +7,8 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { load, loadModule, record, checkConsole } = require('./harness');
+const fs = require('node:fs');
+const path = require('node:path');
 const { TemplateSrv } = require('./templatesrv');
 const { BackendSrv, golden } = require('./backendsrv');
 
@@ -134,6 +136,28 @@ test('variable query as a model interpolates the variables it depends on', async
   assert.equal(q.field, 'call');
   assert.equal(srv.requests[0].data.from, '1799996400000');
   requests.push({ name: 'variable query model', query: q, want: { Tenants: null, Tools: ['git', 'curl'], Hosts: null, Call: '' } });
+});
+
+test('the provisioned dashboards\' variable queries', async () => {
+  const dir = path.join(__dirname, '..', '..');
+  const files = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
+  let n = 0;
+  for (const f of files) {
+    const dash = JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
+    for (const v of (dash.templating && dash.templating.list) || []) {
+      if (v.type !== 'query') {
+        continue;
+      }
+      const srv = respond(golden('values-response.json'));
+      const found = await ds.metricFindQuery(v.query, { range, scopedVars: {} });
+      assert.equal(found.length, 3, `${f} ${v.name}`);
+      const q = srv.requests[0].data.queries[0];
+      assert.equal(q.field, v.query.field);
+      requests.push({ name: `${f} variable ${v.name}`, query: q, want: { Tenants: null, Tools: v.query.tool ? ['git', 'curl'] : null, Hosts: null, Call: '' } });
+      n++;
+    }
+  }
+  assert.ok(n >= 4, `${n} variable queries in ${files.length} dashboards`);
 });
 
 test('variable query without a range uses the default one', async () => {
