@@ -246,6 +246,9 @@ type Call struct {
 	refused                  []string
 	cgroupDir                string
 	dns                      *dnsguard.Call // the call's resolver listeners (networked calls)
+	// dnsDropped are its UDP queries the kernel dropped before its resolver read them, known
+	// once its listeners are closed (closeDNS).
+	dnsDropped uint64
 	// resolved are the addresses its resolver answered, when its policy names domains (read
 	// by its worker: markUnresolved); nil otherwise.
 	resolved *dnsguard.Resolved
@@ -462,6 +465,7 @@ func (c *Call) closeDNS() error {
 		return nil
 	}
 	err := c.dns.Close()
+	c.dnsDropped = c.dns.Dropped()
 	c.dns = nil
 	return err
 }
@@ -571,11 +575,16 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	errs = append(errs, kerrs...)
 	rec.Dropped.User += late
 	a.m.drops.WithLabelValues("user").Add(float64(late))
-	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 {
+	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 || rec.Dropped.DNS > 0 {
 		d := rec.Dropped
 		a.appendLast(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
-		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User)
+		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User, "dns", d.DNS)
+	}
+	if d := rec.Dropped; d.Kernel > 0 || d.User > 0 {
 		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full), %d in the agent", d.Kernel, d.User))
+	}
+	if d := rec.Dropped; d.DNS > 0 {
+		incomplete = append(incomplete, fmt.Sprintf("%d dns queries dropped by the kernel before berm's resolver read them (the call's resolver socket was full): not answered, not recorded", d.DNS))
 	}
 	// What the kernel counted instead of reporting (the call past its budget) joins the
 	// syscalls' aggregates: the record's totals are every event's.
@@ -650,7 +659,7 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 	if err != nil {
 		errs = append(errs, err)
 	}
-	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0)}
+	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0), DNS: c.dnsDropped}
 	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
 	return rec, errs
 }

@@ -86,16 +86,14 @@ func (c *Call) answer(q []byte, transport string) []byte {
 func (c *Call) overloaded(q []byte, transport string) []byte {
 	var msg layers.DNS
 	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR || len(msg.Questions) != 1 {
+		// recorded as answer records it: a flood of garbage is counted like any other
+		c.emit(&event.DNS{Rcode: rcodeName(layers.DNSResponseCodeFormErr), Verdict: event.DNSRefused, Transport: transport, Detail: "not a DNS query, or not one question"})
 		return nil
 	}
 	ev := &event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
 		Rcode: rcodeName(layers.DNSResponseCodeServFail), Verdict: event.DNSRefused, Transport: transport,
 		Detail: fmt.Sprintf("not asked: more than %d queries of the call in flight", maxInflight)}
-	if rules := c.policy.Load().MatchDomains(ev.Name); len(rules) > 0 {
-		ev.Verdict, ev.Rule = event.DNSAllowed, rules[0].Field
-	} else if c.cfg.Audit {
-		ev.Verdict = event.DNSAuditRefused
-	}
+	c.judgeOnly(ev)
 	c.emit(ev)
 	return reply(&msg, layers.DNSResponseCodeServFail)
 }
