@@ -54,9 +54,9 @@ type Call struct {
 	// only); dropped is their growth, the call's queries lost before they were read.
 	dropsSeen []uint32
 	dropped   atomic.Uint64
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	closed   bool
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
 }
 
 // maxTCPConns bounds one call's open TCP DNS connections.
