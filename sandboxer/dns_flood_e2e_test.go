@@ -71,7 +71,7 @@ spec:
   isolation: {network: host-filtered}
   network:
     egress:
-      - {domain: allowed.test, ports: [%d]}
+      - {domain: allowed.test, ports: [%d], allowPrivate: true}
 `, P)), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dnsguard
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -36,12 +37,12 @@ func domainPolicy(mode string, port int, extra string) string {
   isolation: {network: host-filtered}
   network:
     egress:
-      - {domain: allowed.test, ports: ["1-65535"]}
-      - {domain: allowed.test, ports: ["1-65535"], protocol: udp}
-      - {domain: short.test, ports: [%d]}
-      - {domain: alias.test, ports: [%d]}
-      - {domain: stuffed.test, ports: [%d]}
-      - {domain: other.test, ports: [%d]}
+      - {domain: allowed.test, ports: ["1-65535"], allowPrivate: true}
+      - {domain: allowed.test, ports: ["1-65535"], protocol: udp, allowPrivate: true}
+      - {domain: short.test, ports: [%d], allowPrivate: true}
+      - {domain: alias.test, ports: [%d], allowPrivate: true}
+      - {domain: stuffed.test, ports: [%d], allowPrivate: true}
+      - {domain: other.test, ports: [%d], allowPrivate: true}
 %s`, mode, port, port, port, port, extra)
 }
 
@@ -247,7 +248,7 @@ func TestPinNeverOpensABuiltinDeny(t *testing.T) {
   isolation: {network: host-filtered}
   network:
     egress:
-      - {domain: meta.test, ports: [80]}
+      - {domain: meta.test, ports: [80], allowPrivate: true}
       - {cidr: 127.0.0.1/32, ports: [80]}
 `))
 	c.expect(t,
@@ -349,4 +350,101 @@ func softnetDropped(t *testing.T) uint64 {
 		sum += v
 	}
 	return sum
+}
+
+// DNS rebinding: names the policy allows, answered with internal addresses (loopback,
+// private, link-local, CGNAT, unique-local, 0.0.0.0). Without allowPrivate on their rule the
+// addresses leave the reply, are never pinned and the connect is refused; the public address
+// beside one stays. The connects are made from a network namespace of the child's own (no
+// route anywhere): allowed they fail with ENETUNREACH, refused with EPERM.
+func TestRebindingToInternalAddressesIsWithheld(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Zone{
+		"lo.test":          {dnstest.A("lo.test", "127.0.0.1", 60)},
+		"ten.test":         {dnstest.A("ten.test", "10.0.0.7", 60)},
+		"ll.test":          {dnstest.A("ll.test", "169.254.7.7", 60)},
+		"cg.test":          {dnstest.A("cg.test", "100.64.0.7", 60)},
+		"zero.test":        {dnstest.A("zero.test", "0.0.0.0", 60)},
+		"ula.test":         {dnstest.A("ula.test", "fd00::7", 60)},
+		"mixed.test":       {dnstest.A("mixed.test", "198.51.100.7", 60), dnstest.A("mixed.test", "192.168.1.7", 60)},
+		"alias.test":       {dnstest.CNAME("alias.test", "inside.corp.test", 60)},
+		"inside.corp.test": {dnstest.A("inside.corp.test", "172.16.0.7", 60)},
+		"opt.test":         {dnstest.A("opt.test", "10.0.0.8", 60)},
+	})
+	n := newNode(t, Config{Upstream: up.Addr})
+	c := n.newCall(t, compile(t, `spec:
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: lo.test, ports: [80]}
+      - {domain: ten.test, ports: [80]}
+      - {domain: ll.test, ports: [80]}
+      - {domain: cg.test, ports: [80]}
+      - {domain: zero.test, ports: [80]}
+      - {domain: ula.test, ports: [80]}
+      - {domain: mixed.test, ports: [80]}
+      - {domain: alias.test, ports: [80]}
+      - {domain: opt.test, ports: [80], allowPrivate: true}
+`))
+	c.expect(t,
+		"lo lookup udp "+nowhere+" lo.test A => NOERROR:",
+		"ten lookup udp "+nowhere+" ten.test A => NOERROR:",
+		"ll lookup tcp "+nowhere+" ll.test A => NOERROR:",
+		"cg lookup udp "+nowhere+" cg.test A => NOERROR:",
+		"zero lookup udp "+nowhere+" zero.test A => NOERROR:",
+		"ula lookup udp "+nowhere+" ula.test AAAA => NOERROR:",
+		"mixed lookup udp "+nowhere+" mixed.test A => NOERROR:198.51.100.7",
+		"alias lookup udp "+nowhere+" alias.test A => NOERROR:",
+		"opt lookup udp "+nowhere+" opt.test A => NOERROR:10.0.0.8",
+		"netns unsharenet => ok",
+		"c-lo tcp 127.0.0.1 80 => EPERM",
+		"c-ten tcp 10.0.0.7 80 => EPERM",
+		"c-ll tcp 169.254.7.7 80 => EPERM",
+		"c-cg tcp 100.64.0.7 80 => EPERM",
+		"c-zero tcp 0.0.0.0 80 => EPERM",
+		"c-ula tcp fd00::7 80 => EPERM",
+		"c-mixed-private tcp 192.168.1.7 80 => EPERM",
+		"c-alias tcp 172.16.0.7 80 => EPERM",
+		// the controls: what the hooks let through fails here with ENETUNREACH
+		"c-mixed-public tcp 198.51.100.7 80 => ENETUNREACH",
+		"c-opt tcp 10.0.0.8 80 => ENETUNREACH",
+	)
+	want := map[string]string{
+		"lo.test": "withheld 127.0.0.1 (loopback)", "ten.test": "withheld 10.0.0.7 (private)",
+		"ll.test": "withheld 169.254.7.7 (link-local)", "cg.test": "withheld 100.64.0.7 (cgnat)",
+		"zero.test": "withheld 0.0.0.0 (this-network)", "ula.test": "withheld fd00::7 (unique-local)",
+		"mixed.test": "withheld 192.168.1.7 (private)", "alias.test": "withheld 172.16.0.7 (private)",
+		"opt.test": "",
+	}
+	ev := c.dnsEvents()
+	if len(ev) != len(want) {
+		t.Errorf("%d dns events, want %d: %+v", len(ev), len(want), ev)
+	}
+	for _, e := range ev {
+		w, ok := want[e.Name]
+		if !ok || !strings.HasPrefix(e.Detail, w) || e.Verdict != event.DNSAllowed || (w == "") != (len(e.Answers) == 1) && e.Name != "mixed.test" {
+			t.Errorf("%s: %+v, want detail %q", e.Name, e, w)
+		}
+	}
+	if c.dns.Resolved().Has(netip.MustParseAddr("127.0.0.1")) {
+		t.Error("a withheld address counts as resolved for the call")
+	}
+}
+
+// In audit mode nothing is withheld: the answer passes, and the event says what enforcement
+// would have withheld.
+func TestRebindingInAuditModeIsRecorded(t *testing.T) {
+	up := dnstest.Start(t, dnstest.Zone{"lo.test": {dnstest.A("lo.test", "127.0.0.1", 60)}})
+	n := newNode(t, Config{Upstream: up.Addr})
+	c := n.newCall(t, compile(t, `spec:
+  mode: audit
+  isolation: {network: host-filtered}
+  network:
+    egress:
+      - {domain: lo.test, ports: [80]}
+`))
+	c.expect(t, "lo lookup udp "+nowhere+" lo.test A => NOERROR:127.0.0.1")
+	ev := c.dnsEvents()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") {
+		t.Errorf("events %+v", ev)
+	}
 }
