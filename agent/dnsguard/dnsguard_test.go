@@ -131,6 +131,20 @@ func TestDomainEgress(t *testing.T) {
 		}
 	})
 
+	t.Run("getpeername shows the address the tool connected to", func(t *testing.T) {
+		c := n.newCall(t, pol)
+		c.expect(t,
+			"tcp peer tcp "+nowhere+" 53 => "+nowhere+":53",
+			"udp peer udp "+nowhere+" 53 => "+nowhere+":53",
+			"tcp6 peer tcp "+nowhere6+" 53 => "+nowhere6+":53",
+			"udp6 peer udp "+nowhere6+" 53 => "+nowhere6+":53",
+			"mapped peer tcp ::ffff:"+nowhere+" 53 => "+nowhere+":53",
+			// a socket berm did not redirect shows its real peer
+			"lookup lookup udp "+nowhere+" allowed.test A => NOERROR:127.0.0.21",
+			"real peer tcp 127.0.0.21 "+P+" => 127.0.0.21:"+P,
+		)
+	})
+
 	t.Run("DoT and QUIC refused unless named", func(t *testing.T) {
 		c := n.newCall(t, pol)
 		// allowed.test's rules cover every port, TCP and UDP: 853 and UDP 443 are not named
