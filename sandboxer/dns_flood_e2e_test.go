@@ -109,8 +109,11 @@ spec:
 	}
 
 	ftl := bermbin.Timeline(t, state, "flooder")
-	var recorded, overloaded uint64
+	var recorded, overloaded, dnsEvents uint64
 	for _, e := range ftl.Events {
+		if e.Kind == event.KindDNS {
+			dnsEvents++
+		}
 		if e.Kind == event.KindDNS && e.DNS != nil && strings.HasSuffix(e.DNS.Name, ".flood.test") {
 			recorded++
 			if strings.HasPrefix(e.DNS.Detail, "not asked: more than") {
@@ -134,6 +137,11 @@ spec:
 	// Events the agent lost (d.User) may be of any kind, dns events among them.
 	if recorded+d.DNS > sent || recorded+d.DNS+d.User < sent {
 		t.Errorf("%d sent, but %d recorded + %d dropped at the socket (+%d events lost in the agent)", sent, recorded, d.DNS, d.User)
+	}
+	// the record counts both: the queries recorded (the in-flight refusals among them) and
+	// those the kernel dropped
+	if rec.Counts.DNS != dnsEvents {
+		t.Errorf("the flooder's record counts %d dns events, its trail has %d", rec.Counts.DNS, dnsEvents)
 	}
 	if rec.Complete || !strings.Contains(rec.IncompleteReason, fmt.Sprintf("%d dns queries dropped", d.DNS)) {
 		t.Errorf("the flooder's record: complete=%v %q", rec.Complete, rec.IncompleteReason)
@@ -161,7 +169,7 @@ spec:
 	if lookups != 20 {
 		t.Errorf("the neighbour's 20 lookups: %d recorded", lookups)
 	}
-	if r := ntl.Call.Record; r == nil || !r.Complete || r.Dropped != (event.Drop{}) {
+	if r := ntl.Call.Record; r == nil || !r.Complete || r.Dropped != (event.Drop{}) || r.Counts.DNS != 20 {
 		t.Errorf("the neighbour's record: %+v", r)
 	}
 }

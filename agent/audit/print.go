@@ -88,8 +88,12 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		if len(r.Syscalls) > 0 {
 			fmt.Fprintf(w, "  top syscalls: %s\n", topSyscalls(r.Syscalls, 8))
 		}
-		fmt.Fprintf(w, "  counts:  exec=%d fork=%d exit=%d open=%d connect=%d denial=%d alert=%d  dropped=%d\n",
-			r.Counts.Exec, r.Counts.Fork, r.Counts.Exit, r.Counts.Open, r.Counts.Connect, r.Counts.Denial, r.Counts.Alert,
+		dns := ""
+		if r.Counts.DNS > 0 || r.Dropped.DNS > 0 {
+			dns = fmt.Sprintf(" dns=%d", r.Counts.DNS)
+		}
+		fmt.Fprintf(w, "  counts:  exec=%d fork=%d exit=%d open=%d connect=%d denial=%d alert=%d%s  dropped=%d\n",
+			r.Counts.Exec, r.Counts.Fork, r.Counts.Exit, r.Counts.Open, r.Counts.Connect, r.Counts.Denial, r.Counts.Alert, dns,
 			r.Dropped.Kernel+r.Dropped.User+r.Dropped.DNS)
 	} else {
 		fmt.Fprintf(w, "  ended:   (no record: %s)\n", event.EndUnknown)
