@@ -139,23 +139,23 @@ func (r *startRows) columns(d Dialect) []column {
 
 // callRows are the calls table's rows: one per call record.
 type callRows struct {
-	tenant, tool, callID, callKey      []string
-	start, end                         []time.Time
-	startNs, endNs                     []uint32
-	duration                           []int64
-	node, policy, hash                 []string
-	argv, layers                       [][]string
-	exitStatus, exitCode, exitSignal   []int32
-	endReason, endDetail               []string
-	cpuTime, peakMemory                []uint64
-	outputBytes                        []int64
-	syscallTotal                       []uint64
-	syscallNames, denialSurfaces       [][]string
-	syscallCounts, denialCounts        [][]uint64
+	tenant, tool, callID, callKey               []string
+	start, end                                  []time.Time
+	startNs, endNs                              []uint32
+	duration                                    []int64
+	node, policy, hash                          []string
+	argv, layers                                [][]string
+	exitStatus, exitCode, exitSignal            []int32
+	endReason, endDetail                        []string
+	cpuTime, peakMemory                         []uint64
+	outputBytes                                 []int64
+	syscallTotal                                []uint64
+	syscallNames, denialSurfaces                [][]string
+	syscallCounts, denialCounts                 [][]uint64
 	events, alerts, dropKern, dropUser, dropDNS []uint64
-	raw                                []string
-	surfaces                           // CallRecord.Surfaces (surfaces.go)
-	callColumns                        // the columns CallRecord's ch tags map (rows_gen.go)
+	raw                                         []string
+	surfaces                                    // CallRecord.Surfaces (surfaces.go)
+	callColumns                                 // the columns CallRecord's ch tags map (rows_gen.go)
 }
 
 func (r *callRows) len() int { return len(r.callID) }
