@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/dnstest"
 )
@@ -282,7 +284,8 @@ func TestPinNeverOpensABuiltinDeny(t *testing.T) {
 func TestFloodStaysWithItsCall(t *testing.T) {
 	up := dnstest.Start(t, testZone())
 	port := targets(t, targetAddrs...)
-	n := newNode(t, Config{Upstream: up.Addr})
+	reg := prometheus.NewRegistry()
+	n := newNode(t, Config{Upstream: up.Addr, Registry: reg})
 	pol := compile(t, domainPolicy("enforce", port, ""))
 	flooder, neighbour := n.newCall(t, pol), n.newCall(t, pol)
 	backlogBefore := softnetDropped(t)
@@ -333,6 +336,9 @@ func TestFloodStaysWithItsCall(t *testing.T) {
 	// socket's count has them. Nothing else on loopback may explain a difference.
 	if recorded+dropped > sent || recorded+dropped+backlog < sent {
 		t.Errorf("%d sent, but %d recorded + %d dropped (and %d lost host-wide before any socket)", sent, recorded, dropped, backlog)
+	}
+	if got := counter(t, reg, "berm_dns_queries_dropped_total"); got != float64(dropped) {
+		t.Errorf("berm_dns_queries_dropped_total %v, the calls dropped %d", got, dropped)
 	}
 	nev := neighbour.dnsEvents()
 	for _, e := range nev {
@@ -461,4 +467,20 @@ func TestRebindingInAuditModeIsRecorded(t *testing.T) {
 	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") {
 		t.Errorf("events %+v", ev)
 	}
+}
+
+// counter is the value of a counter without labels in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
