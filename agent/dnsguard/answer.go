@@ -65,7 +65,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	ev.CNAMEs, ev.TTL = cnames, ttl
 	withheld, note := c.withheld(&ans, rules)
 	if len(withheld) > 0 {
-		if resp, err = rebuild(&ans, withheld); err != nil {
+		if resp, err = rebuild(&ans, withheld, udpLimit(&msg, transport)); err != nil {
 			ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), note+"; the reply without them: "+err.Error()
 			c.emit(ev)
 			return reply(&msg, layers.DNSResponseCodeServFail)

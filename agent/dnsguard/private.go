@@ -58,10 +58,26 @@ func rrAddr(rr *layers.DNSResourceRecord) (netip.Addr, bool) {
 	return a.Unmap(), ok
 }
 
+// udpLimit is the largest UDP reply the query's sender takes: 512 bytes, or what its EDNS
+// record says; 0 over TCP (no limit but the length prefix's).
+func udpLimit(q *layers.DNS, transport string) int {
+	if transport != "udp" {
+		return 0
+	}
+	for _, rr := range q.Additionals {
+		if rr.Type == layers.DNSTypeOPT && int(rr.Class) > 512 {
+			return int(rr.Class)
+		}
+	}
+	return 512
+}
+
 // rebuild is the upstream's answer without the withheld addresses' records. Records gopacket
 // cannot write (DNSSEC signatures, SVCB, ...) go too: they carry no address, and the
-// signatures no longer sign what is left.
-func rebuild(ans *layers.DNS, withheld map[netip.Addr]bool) ([]byte, error) {
+// signatures no longer sign what is left. Written without name compression, it can outgrow
+// what the upstream sent: past limit (0: none) it goes truncated, its records left out, and
+// the tool asks again over TCP, as it would of any server.
+func rebuild(ans *layers.DNS, withheld map[netip.Addr]bool, limit int) ([]byte, error) {
 	keep := func(rrs []layers.DNSResourceRecord) []layers.DNSResourceRecord {
 		var out []layers.DNSResourceRecord
 		for _, rr := range rrs {
@@ -79,6 +95,14 @@ func rebuild(ans *layers.DNS, withheld map[netip.Addr]bool) ([]byte, error) {
 	r := *ans
 	r.Answers, r.Authorities, r.Additionals = keep(ans.Answers), keep(ans.Authorities), keep(ans.Additionals)
 	buf := gopacket.NewSerializeBuffer()
+	if err := r.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
+		return nil, err
+	}
+	if limit == 0 || len(buf.Bytes()) <= limit {
+		return buf.Bytes(), nil
+	}
+	r.TC, r.Answers, r.Authorities, r.Additionals = true, nil, nil, nil
+	buf = gopacket.NewSerializeBuffer()
 	if err := r.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
 		return nil, err
 	}
