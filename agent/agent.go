@@ -245,10 +245,18 @@ type Call struct {
 	netAttached, lsmAttached bool
 	refused                  []string
 	cgroupDir                string
-	dns                      *dnsguard.Call // the call's resolver listeners (networked calls)
-	// resolved are the addresses its resolver answered, when its policy names domains (read
+	// networked: the call shares the host's network (its egress judged by the cgroup hooks);
+	// dnsUpstream overrides the resolver's upstream for it.
+	networked   bool
+	dnsUpstream string
+	dnsMu       sync.Mutex     // dns and dnsDropped: a reload attaches or detaches the resolver
+	dns         *dnsguard.Call // the call's resolver listeners, while its policy names domains
+	// dnsDropped are its UDP queries the kernel dropped before its resolver read them, known
+	// once its listeners are closed (closeDNS).
+	dnsDropped uint64
+	// resolved are the addresses its resolver answered, while its policy names domains (read
 	// by its worker: markUnresolved); nil otherwise.
-	resolved *dnsguard.Resolved
+	resolved atomic.Pointer[dnsguard.Resolved]
 	// fatal is the spec.syscalls.fatal syscall seen refused (the filter killed its process).
 	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
@@ -418,7 +426,8 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 		}
 		c.net, c.netAttached = cn, true
 		if opts.Network {
-			if err := a.attachDNS(c, p, opts.DNSUpstream); err != nil {
+			c.networked, c.dnsUpstream = true, opts.DNSUpstream
+			if err := a.attachDNS(c, &p.Network); err != nil {
 				return err
 			}
 		}
@@ -436,32 +445,46 @@ func (a *Agent) attachLayers(c *Call, opts CallOptions) error {
 }
 
 // attachDNS sends the networked call's DNS to its own listeners of the node's resolver, which
-// answer only what its domain rules allow and pin the answers for it.
-func (a *Agent) attachDNS(c *Call, p *policy.Compiled, upstream string) error {
-	if a.dns == nil {
-		if len(p.Network.Domains) > 0 {
-			return fmt.Errorf("the policy names domains and the dns resolver is unavailable (%v): refusing (fail closed)", a.dnsErr)
-		}
-		return nil // its DNS is judged by its CIDR rules, as any other traffic
+// answer only what its domain rules allow and pin the answers for it. A policy that names no
+// domain has no resolver: its DNS is judged by its CIDR rules, as any other traffic (a cidr
+// rule opening port 53 reaches the server it names, as before domain rules existed).
+func (a *Agent) attachDNS(c *Call, pol *policy.NetPolicy) error {
+	if len(pol.Domains) == 0 {
+		return nil
 	}
-	d, err := a.dns.Attach(dnsguard.CallConfig{Name: c.Start.CallID, Policy: &p.Network, Audit: p.Mode == policy.Audit,
-		Upstream: upstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }})
+	if a.dns == nil {
+		return fmt.Errorf("the policy names domains and the dns resolver is unavailable (%v): refusing (fail closed)", a.dnsErr)
+	}
+	c.dnsMu.Lock()
+	defer c.dnsMu.Unlock()
+	if c.dns != nil {
+		c.dns.Update(pol)
+		return nil
+	}
+	d, err := a.dns.Attach(dnsguard.CallConfig{Name: c.Start.CallID, Policy: pol, Audit: c.policy != nil && c.policy.Mode == policy.Audit,
+		Upstream: c.dnsUpstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }})
 	if err != nil {
 		return err
 	}
-	c.dns = d
-	if len(p.Network.Domains) > 0 {
-		c.resolved = d.Resolved()
+	if err := c.net.SetResolver(d.Port()); err != nil {
+		d.Close()
+		c.dnsDropped += d.Dropped()
+		return errors.Join(err, c.net.ClearResolver())
 	}
-	return c.net.SetResolver(d.Port())
+	c.dns = d
+	c.resolved.Store(d.Resolved())
+	return nil
 }
 
 // closeDNS stops the call's resolver listeners: after it, no dns event of the call is emitted.
 func (c *Call) closeDNS() error {
+	c.dnsMu.Lock()
+	defer c.dnsMu.Unlock()
 	if c.dns == nil {
 		return nil
 	}
 	err := c.dns.Close()
+	c.dnsDropped += c.dns.Dropped()
 	c.dns = nil
 	return err
 }
@@ -487,10 +510,22 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	}
 	// The kernel's maps are what decide; the judge's copy of the policy belongs to the decoder
 	// goroutine and only names raw-socket refusals, which a network reload does not change.
-	if c.dns != nil {
-		c.dns.Update(pol)
+	// Domains named now: the resolver first, so the new domain rules find their pins made.
+	if c.networked {
+		if err := a.attachDNS(c, pol); err != nil {
+			return err
+		}
 	}
-	return c.net.Update(pol)
+	if err := c.net.Update(pol); err != nil {
+		return err
+	}
+	if len(pol.Domains) > 0 {
+		return nil
+	}
+	// Domains no longer named: the call's DNS is its CIDR rules' to judge again, and its pins,
+	// of rules that are gone, go.
+	c.resolved.Store(nil)
+	return errors.Join(c.net.ClearResolver(), c.closeDNS())
 }
 
 // Emit adds an event observed outside the kernel (a cap hit, a denial by the launcher) to the
@@ -571,11 +606,16 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	errs = append(errs, kerrs...)
 	rec.Dropped.User += late
 	a.m.drops.WithLabelValues("user").Add(float64(late))
-	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 {
+	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 || rec.Dropped.DNS > 0 {
 		d := rec.Dropped
 		a.appendLast(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
-		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User)
+		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User, "dns", d.DNS)
+	}
+	if d := rec.Dropped; d.Kernel > 0 || d.User > 0 {
 		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full), %d in the agent", d.Kernel, d.User))
+	}
+	if d := rec.Dropped; d.DNS > 0 {
+		incomplete = append(incomplete, fmt.Sprintf("%d dns queries dropped by the kernel before berm's resolver read them (the call's resolver socket was full): not answered, not recorded", d.DNS))
 	}
 	// What the kernel counted instead of reporting (the call past its budget) joins the
 	// syscalls' aggregates: the record's totals are every event's.
@@ -650,7 +690,9 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 	if err != nil {
 		errs = append(errs, err)
 	}
-	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0)}
+	c.dnsMu.Lock()
+	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0), DNS: c.dnsDropped}
+	c.dnsMu.Unlock()
 	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
 	return rec, errs
 }

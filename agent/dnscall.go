@@ -10,7 +10,8 @@ import (
 // resolver never answered for it: the detection rules' view of a tool that goes around the
 // names it was given. DNS itself (port 53) goes to the resolver and is not such a connect.
 func (c *Call) markUnresolved(ev *event.Event) {
-	if ev.Connect == nil || c.resolved == nil || ev.Connect.Port == 53 {
+	resolved := c.resolved.Load()
+	if ev.Connect == nil || resolved == nil || ev.Connect.Port == 53 {
 		return
 	}
 	if ev.Connect.Family != "inet" && ev.Connect.Family != "inet6" {
@@ -20,5 +21,5 @@ func (c *Call) markUnresolved(ev *event.Event) {
 	if err != nil {
 		return
 	}
-	ev.Connect.Unresolved = !c.resolved.Has(addr)
+	ev.Connect.Unresolved = !resolved.Has(addr)
 }

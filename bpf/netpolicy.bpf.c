@@ -356,3 +356,23 @@ int berm_dns_recvmsg6(struct bpf_sock_addr *ctx)
 	berm_dns_unredirect(ctx, 1);
 	return 1;
 }
+
+/*
+ * getpeername() of a socket whose connect berm_dns_redirect moved (TCP DNS, connected UDP):
+ * the peer shown is the address the tool connected to, not berm's resolver. A tool cannot
+ * tell from its own socket where its DNS really goes, nor learn the resolver's port.
+ */
+SEC("cgroup/getpeername4")
+int berm_dns_getpeername4(struct bpf_sock_addr *ctx)
+{
+	berm_dns_unredirect(ctx, 0);
+	return 1;
+}
+
+/* The same for IPv6 sockets (IPv4 destinations of dual-stack ones as IPv4-mapped). */
+SEC("cgroup/getpeername6")
+int berm_dns_getpeername6(struct bpf_sock_addr *ctx)
+{
+	berm_dns_unredirect(ctx, 1);
+	return 1;
+}

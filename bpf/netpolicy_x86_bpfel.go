@@ -16,30 +16,32 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	NetpolicyMapBermCalls        = "berm_calls"
-	NetpolicyMapBermConnectAddr  = "berm_connect_addr"
-	NetpolicyMapBermDnsCalls     = "berm_dns_calls"
-	NetpolicyMapBermDnsOrig      = "berm_dns_orig"
-	NetpolicyMapBermDnsPins      = "berm_dns_pins"
-	NetpolicyMapBermDnsPorts     = "berm_dns_ports"
-	NetpolicyMapBermDrops        = "berm_drops"
-	NetpolicyMapBermEvents       = "berm_events"
-	NetpolicyMapBermNetGens      = "berm_net_gens"
-	NetpolicyMapBermNetOwned     = "berm_net_owned"
-	NetpolicyMapBermNetPolicy    = "berm_net_policy"
-	NetpolicyMapBermNetSlots     = "berm_net_slots"
-	NetpolicyMapBermRingIn       = "berm_ring_in"
-	NetpolicyMapBermRingOut      = "berm_ring_out"
-	NetpolicyProgBermConnect4    = "berm_connect4"
-	NetpolicyProgBermConnect6    = "berm_connect6"
-	NetpolicyProgBermDnsRecvmsg4 = "berm_dns_recvmsg4"
-	NetpolicyProgBermDnsRecvmsg6 = "berm_dns_recvmsg6"
-	NetpolicyProgBermSendmsg4    = "berm_sendmsg4"
-	NetpolicyProgBermSendmsg6    = "berm_sendmsg6"
-	NetpolicyProgBermSockCreate  = "berm_sock_create"
-	NetpolicyVarFailClosed       = "fail_closed"
-	NetpolicyVarRingShare        = "ring_share"
-	NetpolicyVarWakeupBytes      = "wakeup_bytes"
+	NetpolicyMapBermCalls            = "berm_calls"
+	NetpolicyMapBermConnectAddr      = "berm_connect_addr"
+	NetpolicyMapBermDnsCalls         = "berm_dns_calls"
+	NetpolicyMapBermDnsOrig          = "berm_dns_orig"
+	NetpolicyMapBermDnsPins          = "berm_dns_pins"
+	NetpolicyMapBermDnsPorts         = "berm_dns_ports"
+	NetpolicyMapBermDrops            = "berm_drops"
+	NetpolicyMapBermEvents           = "berm_events"
+	NetpolicyMapBermNetGens          = "berm_net_gens"
+	NetpolicyMapBermNetOwned         = "berm_net_owned"
+	NetpolicyMapBermNetPolicy        = "berm_net_policy"
+	NetpolicyMapBermNetSlots         = "berm_net_slots"
+	NetpolicyMapBermRingIn           = "berm_ring_in"
+	NetpolicyMapBermRingOut          = "berm_ring_out"
+	NetpolicyProgBermConnect4        = "berm_connect4"
+	NetpolicyProgBermConnect6        = "berm_connect6"
+	NetpolicyProgBermDnsGetpeername4 = "berm_dns_getpeername4"
+	NetpolicyProgBermDnsGetpeername6 = "berm_dns_getpeername6"
+	NetpolicyProgBermDnsRecvmsg4     = "berm_dns_recvmsg4"
+	NetpolicyProgBermDnsRecvmsg6     = "berm_dns_recvmsg6"
+	NetpolicyProgBermSendmsg4        = "berm_sendmsg4"
+	NetpolicyProgBermSendmsg6        = "berm_sendmsg6"
+	NetpolicyProgBermSockCreate      = "berm_sock_create"
+	NetpolicyVarFailClosed           = "fail_closed"
+	NetpolicyVarRingShare            = "ring_share"
+	NetpolicyVarWakeupBytes          = "wakeup_bytes"
 )
 
 // LoadNetpolicy returns the embedded CollectionSpec for Netpolicy.
@@ -84,13 +86,15 @@ type NetpolicySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NetpolicyProgramSpecs struct {
-	BermConnect4    *ebpf.ProgramSpec `ebpf:"berm_connect4"`
-	BermConnect6    *ebpf.ProgramSpec `ebpf:"berm_connect6"`
-	BermDnsRecvmsg4 *ebpf.ProgramSpec `ebpf:"berm_dns_recvmsg4"`
-	BermDnsRecvmsg6 *ebpf.ProgramSpec `ebpf:"berm_dns_recvmsg6"`
-	BermSendmsg4    *ebpf.ProgramSpec `ebpf:"berm_sendmsg4"`
-	BermSendmsg6    *ebpf.ProgramSpec `ebpf:"berm_sendmsg6"`
-	BermSockCreate  *ebpf.ProgramSpec `ebpf:"berm_sock_create"`
+	BermConnect4        *ebpf.ProgramSpec `ebpf:"berm_connect4"`
+	BermConnect6        *ebpf.ProgramSpec `ebpf:"berm_connect6"`
+	BermDnsGetpeername4 *ebpf.ProgramSpec `ebpf:"berm_dns_getpeername4"`
+	BermDnsGetpeername6 *ebpf.ProgramSpec `ebpf:"berm_dns_getpeername6"`
+	BermDnsRecvmsg4     *ebpf.ProgramSpec `ebpf:"berm_dns_recvmsg4"`
+	BermDnsRecvmsg6     *ebpf.ProgramSpec `ebpf:"berm_dns_recvmsg6"`
+	BermSendmsg4        *ebpf.ProgramSpec `ebpf:"berm_sendmsg4"`
+	BermSendmsg6        *ebpf.ProgramSpec `ebpf:"berm_sendmsg6"`
+	BermSockCreate      *ebpf.ProgramSpec `ebpf:"berm_sock_create"`
 }
 
 // NetpolicyMapSpecs contains maps before they are loaded into the kernel.
@@ -190,19 +194,23 @@ type NetpolicyVariables struct {
 //
 // It can be passed to LoadNetpolicyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NetpolicyPrograms struct {
-	BermConnect4    *ebpf.Program `ebpf:"berm_connect4"`
-	BermConnect6    *ebpf.Program `ebpf:"berm_connect6"`
-	BermDnsRecvmsg4 *ebpf.Program `ebpf:"berm_dns_recvmsg4"`
-	BermDnsRecvmsg6 *ebpf.Program `ebpf:"berm_dns_recvmsg6"`
-	BermSendmsg4    *ebpf.Program `ebpf:"berm_sendmsg4"`
-	BermSendmsg6    *ebpf.Program `ebpf:"berm_sendmsg6"`
-	BermSockCreate  *ebpf.Program `ebpf:"berm_sock_create"`
+	BermConnect4        *ebpf.Program `ebpf:"berm_connect4"`
+	BermConnect6        *ebpf.Program `ebpf:"berm_connect6"`
+	BermDnsGetpeername4 *ebpf.Program `ebpf:"berm_dns_getpeername4"`
+	BermDnsGetpeername6 *ebpf.Program `ebpf:"berm_dns_getpeername6"`
+	BermDnsRecvmsg4     *ebpf.Program `ebpf:"berm_dns_recvmsg4"`
+	BermDnsRecvmsg6     *ebpf.Program `ebpf:"berm_dns_recvmsg6"`
+	BermSendmsg4        *ebpf.Program `ebpf:"berm_sendmsg4"`
+	BermSendmsg6        *ebpf.Program `ebpf:"berm_sendmsg6"`
+	BermSockCreate      *ebpf.Program `ebpf:"berm_sock_create"`
 }
 
 func (p *NetpolicyPrograms) Close() error {
 	return _NetpolicyClose(
 		p.BermConnect4,
 		p.BermConnect6,
+		p.BermDnsGetpeername4,
+		p.BermDnsGetpeername6,
 		p.BermDnsRecvmsg4,
 		p.BermDnsRecvmsg6,
 		p.BermSendmsg4,

@@ -181,7 +181,7 @@ func writeCalls(t testing.TB, stateDir, prefix string, calls, eventsPerCall, per
 				Limits:    event.Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5, WallTime: 30 * time.Second},
 				CPUTimeNs: 98765432, PeakMemory: 12 << 20, OutputBytes: 4096,
 				Syscalls: map[string]uint64{"openat": 120, "read": 900, "connect": 2}, SyscallTotal: 1022,
-				Counts: counts[c], Denials: map[string]uint64{"policy": 1}, Dropped: event.Drop{Kernel: 3},
+				Counts: counts[c], Denials: map[string]uint64{"policy": 1}, Dropped: event.Drop{Kernel: 3, DNS: uint64(c)},
 				Events: uint64(eventsPerCall),
 			}
 			if c%2 == 1 {

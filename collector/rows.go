@@ -139,23 +139,23 @@ func (r *startRows) columns(d Dialect) []column {
 
 // callRows are the calls table's rows: one per call record.
 type callRows struct {
-	tenant, tool, callID, callKey      []string
-	start, end                         []time.Time
-	startNs, endNs                     []uint32
-	duration                           []int64
-	node, policy, hash                 []string
-	argv, layers                       [][]string
-	exitStatus, exitCode, exitSignal   []int32
-	endReason, endDetail               []string
-	cpuTime, peakMemory                []uint64
-	outputBytes                        []int64
-	syscallTotal                       []uint64
-	syscallNames, denialSurfaces       [][]string
-	syscallCounts, denialCounts        [][]uint64
-	events, alerts, dropKern, dropUser []uint64
-	raw                                []string
-	surfaces                           // CallRecord.Surfaces (surfaces.go)
-	callColumns                        // the columns CallRecord's ch tags map (rows_gen.go)
+	tenant, tool, callID, callKey               []string
+	start, end                                  []time.Time
+	startNs, endNs                              []uint32
+	duration                                    []int64
+	node, policy, hash                          []string
+	argv, layers                                [][]string
+	exitStatus, exitCode, exitSignal            []int32
+	endReason, endDetail                        []string
+	cpuTime, peakMemory                         []uint64
+	outputBytes                                 []int64
+	syscallTotal                                []uint64
+	syscallNames, denialSurfaces                [][]string
+	syscallCounts, denialCounts                 [][]uint64
+	events, alerts, dropKern, dropUser, dropDNS []uint64
+	raw                                         []string
+	surfaces                                    // CallRecord.Surfaces (surfaces.go)
+	callColumns                                 // the columns CallRecord's ch tags map (rows_gen.go)
 }
 
 func (r *callRows) len() int { return len(r.callID) }
@@ -208,6 +208,7 @@ func (r *callRows) add(c *event.CallRecord, raw string) {
 	r.alerts = append(r.alerts, c.Counts.Alert)
 	r.dropKern = append(r.dropKern, c.Dropped.Kernel)
 	r.dropUser = append(r.dropUser, c.Dropped.User)
+	r.dropDNS = append(r.dropDNS, c.Dropped.DNS)
 	r.raw = append(r.raw, raw)
 	r.surfaces.add(c.Surfaces)
 	r.callColumns.add(c)
@@ -233,6 +234,7 @@ func (r *callRows) columns(d Dialect) []column {
 		column{"syscall_counts", r.syscallCounts}, column{"denial_surfaces", r.denialSurfaces},
 		column{"denial_counts", r.denialCounts}, column{"events", r.events},
 		column{"alerts", r.alerts}, column{"dropped_kernel", r.dropKern},
-		column{"dropped_user", r.dropUser}, column{"raw", r.raw}, column{"call_key", r.callKey},
+		column{"dropped_user", r.dropUser}, column{"dropped_dns", r.dropDNS}, column{"raw", r.raw},
+		column{"call_key", r.callKey},
 	), append(r.surfaces.columns(), r.callColumns.columns()...)...)
 }

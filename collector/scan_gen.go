@@ -340,6 +340,10 @@ func (sc *scanner) drop(x *event.Drop) {
 	x.Kernel = sc.uint64()
 	sc.need(`,"user":`)
 	x.User = sc.uint64()
+	if sc.has(`,"dns":`) {
+		x.DNS = sc.uint64()
+		sc.check(x.DNS != 0)
+	}
 	sc.expect('}')
 }
 

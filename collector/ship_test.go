@@ -49,6 +49,10 @@ func TestShipAndReadBack(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE complete = 0 AND incomplete_reason = '3 events lost in the kernel'"); n != 2 {
 		t.Fatalf("incomplete calls: %d rows, want 2", n)
 	}
+	// dropped.dns, mapped by hand: call c dropped c queries
+	if n := count(t, conn, "SELECT sum(dropped_dns) FROM "+db+".calls"); n != 0+1+2+3+4+5 {
+		t.Fatalf("dropped dns queries: %d, want 15", n)
+	}
 	// The surfaces, one row per call and surface: calls 0..5, call 4 with none (a record of
 	// before surfaces); policy enforced by landlock, violated where the call had a denial
 	// (the even ones); observability degraded where the trail is incomplete (c%3 == 2).

@@ -67,8 +67,8 @@ spec:
   isolation: {network: host-filtered}
   network:
     egress:
-      - {domain: allowed.test, ports: [%d]}
-      - {domain: alias.test, ports: [%d]}
+      - {domain: allowed.test, ports: [%d], allowPrivate: true}
+      - {domain: alias.test, ports: [%d], allowPrivate: true}
 `, P, P)), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func PrintCalls(w io.Writer, calls []Call) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", Safe(s.CallID), Safe(s.Tool), Safe(s.Tenant),
 			s.Start.UTC().Format(time.RFC3339), r.End.Sub(s.Start).Round(time.Millisecond), Safe(string(r.EndReason)),
-			r.ExitStatus, r.Events, denials, r.Dropped.Kernel+r.Dropped.User, completeness(r, false))
+			r.ExitStatus, r.Events, denials, r.Dropped.Kernel+r.Dropped.User+r.Dropped.DNS, completeness(r, false))
 	}
 	return tw.Flush()
 }
@@ -88,9 +88,13 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		if len(r.Syscalls) > 0 {
 			fmt.Fprintf(w, "  top syscalls: %s\n", topSyscalls(r.Syscalls, 8))
 		}
-		fmt.Fprintf(w, "  counts:  exec=%d fork=%d exit=%d open=%d connect=%d denial=%d alert=%d  dropped=%d\n",
-			r.Counts.Exec, r.Counts.Fork, r.Counts.Exit, r.Counts.Open, r.Counts.Connect, r.Counts.Denial, r.Counts.Alert,
-			r.Dropped.Kernel+r.Dropped.User)
+		dns := ""
+		if r.Counts.DNS > 0 || r.Dropped.DNS > 0 {
+			dns = fmt.Sprintf(" dns=%d", r.Counts.DNS)
+		}
+		fmt.Fprintf(w, "  counts:  exec=%d fork=%d exit=%d open=%d connect=%d denial=%d alert=%d%s  dropped=%d\n",
+			r.Counts.Exec, r.Counts.Fork, r.Counts.Exit, r.Counts.Open, r.Counts.Connect, r.Counts.Denial, r.Counts.Alert, dns,
+			r.Dropped.Kernel+r.Dropped.User+r.Dropped.DNS)
 	} else {
 		fmt.Fprintf(w, "  ended:   (no record: %s)\n", event.EndUnknown)
 	}
@@ -200,6 +204,9 @@ func Describe(e *event.Event) string {
 	case e.Alert != nil:
 		return fmt.Sprintf("[%s] %s: %s (event %d)", Safe(e.Alert.Severity), Safe(e.Alert.RuleID), Safe(e.Alert.Output), e.Alert.EventSeq)
 	case e.Drop != nil:
+		if e.Drop.DNS > 0 {
+			return fmt.Sprintf("%d events lost in the kernel, %d in the agent, %d dns queries dropped before the resolver read them", e.Drop.Kernel, e.Drop.User, e.Drop.DNS)
+		}
 		return fmt.Sprintf("%d events lost in the kernel, %d in the agent", e.Drop.Kernel, e.Drop.User)
 	case e.Limit != nil:
 		d := fmt.Sprintf("%s cap hit (limit %d)", Safe(e.Limit.Resource), e.Limit.Limit)

@@ -63,13 +63,27 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	ev.Rcode = rcodeName(ans.ResponseCode)
 	addrs, cnames, ttl := chain(ev.Name, ans.Answers)
 	ev.CNAMEs, ev.TTL = cnames, ttl
-	for _, a := range addrs {
-		ev.Answers = append(ev.Answers, a.addr.String())
-		c.resolved.add(a.addr)
+	withheld, note := c.withheld(&ans, rules)
+	if len(withheld) > 0 {
+		if resp, err = rebuild(&ans, withheld, udpLimit(&msg, transport)); err != nil {
+			ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), note+"; the reply without them: "+err.Error()
+			c.emit(ev)
+			return reply(&msg, layers.DNSResponseCodeServFail)
+		}
 	}
+	ev.Detail = note
 	now := time.Now()
 	for _, a := range addrs {
+		if withheld[a.addr] {
+			continue
+		}
+		ev.Answers = append(ev.Answers, a.addr.String())
+		c.resolved.add(a.addr)
+		private := policy.PrivateRange(a.addr) != ""
 		for i := range rules {
+			if private && !rules[i].AllowPrivate && !c.cfg.Audit {
+				continue // another of the name's rules allows it; this one's ports stay closed there
+			}
 			if err := c.pins.add(a.addr, &rules[i], now.Add(time.Duration(a.ttl)*time.Second)); err != nil {
 				// unpinned, the address stays closed: the tool's connect fails, as it should
 				ev.Detail = "pin: " + err.Error()
@@ -86,16 +100,14 @@ func (c *Call) answer(q []byte, transport string) []byte {
 func (c *Call) overloaded(q []byte, transport string) []byte {
 	var msg layers.DNS
 	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR || len(msg.Questions) != 1 {
+		// recorded as answer records it: a flood of garbage is counted like any other
+		c.emit(&event.DNS{Rcode: rcodeName(layers.DNSResponseCodeFormErr), Verdict: event.DNSRefused, Transport: transport, Detail: "not a DNS query, or not one question"})
 		return nil
 	}
 	ev := &event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
 		Rcode: rcodeName(layers.DNSResponseCodeServFail), Verdict: event.DNSRefused, Transport: transport,
 		Detail: fmt.Sprintf("not asked: more than %d queries of the call in flight", maxInflight)}
-	if rules := c.policy.Load().MatchDomains(ev.Name); len(rules) > 0 {
-		ev.Verdict, ev.Rule = event.DNSAllowed, rules[0].Field
-	} else if c.cfg.Audit {
-		ev.Verdict = event.DNSAuditRefused
-	}
+	c.judgeOnly(ev)
 	c.emit(ev)
 	return reply(&msg, layers.DNSResponseCodeServFail)
 }

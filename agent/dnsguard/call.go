@@ -48,9 +48,15 @@ type Call struct {
 	resolved Resolved
 	slots    chan struct{} // queries in flight to the upstream
 	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	closed   bool
+	udpWG    sync.WaitGroup // the UDP listeners' readers
+	stopping atomic.Bool    // Close is stopping the UDP readers
+	// dropsSeen is each UDP listener's kernel drop counter as last read (by its reader
+	// only); dropped is their growth, the call's queries lost before they were read.
+	dropsSeen []uint32
+	dropped   atomic.Uint64
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
 }
 
 // maxTCPConns bounds one call's open TCP DNS connections.
@@ -89,9 +95,10 @@ func (r *Resolver) Attach(cfg CallConfig) (*Call, error) {
 	}
 	r.calls[c] = struct{}{}
 	r.mu.Unlock()
-	for _, u := range c.udp {
-		c.wg.Add(1)
-		go c.serveUDP(u)
+	c.dropsSeen = make([]uint32, len(c.udp))
+	for i := range c.udp {
+		c.udpWG.Add(1)
+		go c.serveUDP(i)
 	}
 	for _, l := range c.tcp {
 		c.wg.Add(1)
@@ -109,7 +116,10 @@ func (c *Call) listen() error {
 	}
 	c.udp = []*net.UDPConn{u4}
 	c.port = uint16(u4.LocalAddr().(*net.UDPAddr).Port)
-	fail := func(err error) error { c.closeListeners(); return err }
+	fail := func(err error) error { c.closeListeners(); c.udp, c.tcp = nil, nil; return err }
+	if err := watchOverflow(u4); err != nil {
+		return fail(err)
+	}
 	t4, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(c.port)})
 	if err != nil {
 		return fail(err)
@@ -123,6 +133,9 @@ func (c *Call) listen() error {
 		return fail(err)
 	}
 	c.udp = append(c.udp, u6)
+	if err := watchOverflow(u6); err != nil {
+		return fail(err)
+	}
 	t6, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback, Port: int(c.port)})
 	if err != nil {
 		return fail(err)
@@ -154,8 +167,8 @@ func (c *Call) closeListeners() {
 	}
 }
 
-// Close stops the call's listeners and waits for its queries in progress; its pins go with
-// its netguard.CallNet.
+// Close stops the call's listeners, records the queries left unread in their queues and
+// waits for its queries in progress; its pins go with its netguard.CallNet.
 func (c *Call) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -163,6 +176,10 @@ func (c *Call) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.mu.Unlock()
+	// before the listeners close: what is queued at them is read and recorded
+	c.stopUDP()
+	c.mu.Lock()
 	c.closeListeners()
 	for conn := range c.conns {
 		conn.Close()
@@ -173,38 +190,6 @@ func (c *Call) Close() error {
 	delete(c.r.calls, c)
 	c.r.mu.Unlock()
 	return nil
-}
-
-func (c *Call) serveUDP(u *net.UDPConn) {
-	defer c.wg.Done()
-	buf := make([]byte, 65535)
-	for {
-		n, from, err := u.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		q := append([]byte(nil), buf[:n]...)
-		select {
-		case c.slots <- struct{}{}:
-		default:
-			// the call's own flood: it waits for nothing, and nobody else waits for it
-			if reply := c.overloaded(q, "udp"); reply != nil {
-				u.WriteToUDPAddrPort(reply, from)
-			}
-			continue
-		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			defer func() { <-c.slots }()
-			if reply := c.answer(q, "udp"); reply != nil {
-				u.WriteToUDPAddrPort(reply, from)
-			}
-		}()
-	}
 }
 
 func (c *Call) serveTCP(l *net.TCPListener) {

@@ -120,6 +120,26 @@ func act(kind string, args []string) string {
 			return errText(err)
 		}
 		return "ok"
+	case "peer": // peer <tcp|udp> <addr> <port>: connect, then the peer getpeername shows
+		port, _ := strconv.Atoi(args[2])
+		fam, sa := sockaddr(args[1], port)
+		typ := unix.SOCK_STREAM
+		if args[0] == "udp" {
+			typ = unix.SOCK_DGRAM
+		}
+		fd, err := unix.Socket(fam, typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return errText(err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Connect(fd, sa); err != nil {
+			return errText(err)
+		}
+		peer, err := unix.Getpeername(fd)
+		if err != nil {
+			return errText(err)
+		}
+		return fromString(peer)
 	case "lookup": // lookup <udp|tcp|udpconn> <server addr> <name> <A|AAAA|TXT> [questions]
 		return lookup(args)
 	}

@@ -120,6 +120,9 @@ type Counts struct {
 	Syscall uint64 `json:"syscall"` // syscall events
 	Denial  uint64 `json:"denial"`  // denial events
 	Alert   uint64 `json:"alert"`   // alerts
+	// DNS are the call's queries its resolver recorded: answered, refused, refused over the
+	// call's in-flight bound, or read unanswered at its end (Drop.DNS counts those lost before).
+	DNS uint64 `json:"dns,omitempty"`
 }
 
 // Add counts e in c.
@@ -141,5 +144,7 @@ func (c *Counts) Add(e *Event) {
 		c.Denial++
 	case KindAlert:
 		c.Alert++
+	case KindDNS:
+		c.DNS++
 	}
 }

@@ -223,6 +223,9 @@ type Alert struct {
 type Drop struct {
 	Kernel uint64 `json:"kernel"` // ring buffer was full
 	User   uint64 `json:"user"`   // the agent's queue was full
+	// DNS are queries the call sent its resolver that the kernel dropped before the resolver
+	// read them (the call's resolver socket's buffer was full): never answered, never recorded.
+	DNS uint64 `json:"dns,omitempty"`
 }
 
 // Limit is a resource cap the call hit.

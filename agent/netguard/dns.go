@@ -49,6 +49,17 @@ func (cn *CallNet) SetResolver(port uint16) error {
 	return nil
 }
 
+// ClearResolver stops sending the call's port-53 traffic to berm's resolver and removes its
+// pins: its DNS is judged by its CIDR rules again (a reload left its policy without domains).
+func (cn *CallNet) ClearResolver() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.closed {
+		return nil
+	}
+	return cn.closeDNS()
+}
+
 // Pin opens rules at addr for the call, replacing what was pinned there; no rules unpins it.
 // Other calls' pins are keyed by their own cgroups and never open anything for this one.
 func (cn *CallNet) Pin(addr netip.Addr, rules []PinRule) error {

@@ -123,6 +123,8 @@ func (g *Guard) hooks() []hook {
 		{"sock_create", g.objs.BermSockCreate, ebpf.AttachCGroupInetSockCreate},
 		{"recvmsg4", g.objs.BermDnsRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
 		{"recvmsg6", g.objs.BermDnsRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{"getpeername4", g.objs.BermDnsGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{"getpeername6", g.objs.BermDnsGetpeername6, ebpf.AttachCgroupInet6GetPeername},
 	}
 }
 

@@ -156,7 +156,11 @@ func (c *Compiled) encode(w io.Writer) {
 		}
 	}
 	for _, d := range c.Network.Domains {
-		fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID)
+		if d.AllowPrivate {
+			fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d allow-private\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID)
+		} else {
+			fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID)
+		}
 	}
 	for _, s := range c.Network.Sockets {
 		fmt.Fprintf(w, "socket %d %d\n", s.Family, s.Type)

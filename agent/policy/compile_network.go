@@ -107,9 +107,12 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 		}
 		if r.Domain != "" {
 			field := fmt.Sprintf("spec.network.egress[%d]", i)
-			id := c.addRule(event.LayerCgroupSock, field,
-				fmt.Sprintf("allow %s %s %v at the addresses resolved for it", r.Protocol, r.Domain, r.Ports))
-			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: r.Domain, Ports: hideSideChannels(r.Ports, proto), Proto: proto, RuleID: id, Field: field})
+			text := fmt.Sprintf("allow %s %s %v at the addresses resolved for it", r.Protocol, r.Domain, r.Ports)
+			if r.AllowPrivate {
+				text += ", private ones too"
+			}
+			id := c.addRule(event.LayerCgroupSock, field, text)
+			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: r.Domain, Ports: hideSideChannels(r.Ports, proto), Proto: proto, RuleID: id, Field: field, AllowPrivate: r.AllowPrivate})
 			continue
 		}
 		id := c.addRule(event.LayerCgroupSock, fmt.Sprintf("spec.network.egress[%d]", i),

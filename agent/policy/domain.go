@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -15,6 +16,47 @@ type DomainRule struct {
 	Proto   uint8 // ProtoTCP or ProtoUDP
 	RuleID  uint32
 	Field   string // where it comes from: spec.network.egress[i]
+	// AllowPrivate: answers in PrivateRange's ranges are pinned too (allowPrivate: true).
+	AllowPrivate bool
+}
+
+// privateRanges are the addresses inside a host or its networks: a public name answered with
+// one of them (DNS rebinding) would reach services that trust their own network.
+var privateRanges = []struct {
+	prefix netip.Prefix
+	name   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this-network"}, // 0.0.0.0 connects to the host itself
+	{netip.MustParsePrefix("10.0.0.0/8"), "private"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "cgnat"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
+	{netip.MustParsePrefix("::/128"), "unspecified"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("fc00::/7"), "unique-local"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+}
+
+// nat64 carries IPv4 addresses in its last 32 bits (RFC 6052's well-known prefix).
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// PrivateRange names the internal range addr falls in ("loopback", "private", ...), or "".
+// IPv4-mapped and NAT64 forms are judged by the IPv4 address they carry.
+func PrivateRange(addr netip.Addr) string {
+	addr = addr.Unmap()
+	if nat64.Contains(addr) {
+		b := addr.As16()
+		addr = netip.AddrFrom4([4]byte(b[12:]))
+	}
+	for _, r := range privateRanges {
+		if r.prefix.Contains(addr) {
+			return r.name
+		}
+	}
+	return ""
 }
 
 // Matches says whether the query name (any case, trailing dot or not) falls under the rule. A

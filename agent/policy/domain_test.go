@@ -28,6 +28,37 @@ func TestDomainMatches(t *testing.T) {
 	}
 }
 
+func TestPrivateRange(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.1", "loopback"},
+		{"127.255.0.9", "loopback"},
+		{"10.1.2.3", "private"},
+		{"172.16.0.1", "private"},
+		{"172.31.255.255", "private"},
+		{"172.32.0.1", ""},
+		{"192.168.1.1", "private"},
+		{"169.254.169.254", "link-local"},
+		{"100.64.0.1", "cgnat"},
+		{"100.128.0.1", ""},
+		{"0.0.0.0", "this-network"},
+		{"::", "unspecified"},
+		{"::1", "loopback"},
+		{"fd00::1", "unique-local"},
+		{"fc00::1", "unique-local"},
+		{"fe80::1", "link-local"},
+		{"::ffff:10.0.0.1", "private"},
+		{"64:ff9b::7f00:1", "loopback"},
+		{"64:ff9b::808:808", ""},
+		{"8.8.8.8", ""},
+		{"2606:4700::1111", ""},
+		{"198.51.100.7", ""},
+	} {
+		if got := PrivateRange(netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
 func TestCompileDomains(t *testing.T) {
 	src := header + `spec:
   isolation: {network: host-filtered}

@@ -133,6 +133,11 @@ func TestParseErrors(t *testing.T) {
 				`p.yaml:13:18: spec.network.egress[4].domain: expected cidr or domain, got both`,
 				`p.yaml:14:18: spec.network.egress[5].domain: expected a domain like api.github.com or *.pypi.org, got 3`,
 			}},
+		{"egress allowPrivate", header + "spec:\n  isolation: {network: host-filtered}\n  network:\n    egress:\n      - {cidr: 10.0.0.0/8, ports: [443], allowPrivate: true}\n      - {domain: a.org, ports: [443], allowPrivate: yes please}\n      - {domain: a.org, ports: [443], allowPrivate: true}\n",
+			[]string{
+				`p.yaml:9:56: spec.network.egress[0].allowPrivate: expected only on a domain rule (a cidr rule names its addresses itself), got true`,
+				`p.yaml:10:53: spec.network.egress[1].allowPrivate: expected true or false, got "yes please"`,
+			}},
 		{"egress without host network", header + "spec:\n  network:\n    egress: [{cidr: 10.0.0.0/8, ports: [1]}]\n",
 			[]string{`p.yaml:7:13: spec.network.egress: egress rules need spec.isolation.network: host-filtered, got none`}},
 		{"syscalls", header + "spec:\n  syscalls: {deny: [ptrace, nosuch, ptrace], defaultAction: kill}\n",

@@ -173,8 +173,13 @@ func (d *decoder) egress(n *yaml.Node, field string) (EgressRule, bool) {
 			d.oneOf(n, f, &p, string(TCP), string(UDP))
 			r.Protocol = Protocol(p)
 		},
+		"allowPrivate": func(n *yaml.Node, f string) { d.boolean(n, f, &r.AllowPrivate) },
 	}, "ports")
 	d.cidrOrDomain(n, field, &r)
+	if r.AllowPrivate && r.CIDR.IsValid() {
+		d.fail(d.at(join(field, "allowPrivate"), n), join(field, "allowPrivate"),
+			"expected only on a domain rule (a cidr rule names its addresses itself), got true")
+	}
 	return r, len(d.errs) == before
 }
 

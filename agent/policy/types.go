@@ -136,6 +136,11 @@ type EgressRule struct {
 	Domain   string
 	Ports    []PortRange
 	Protocol Protocol
+	// AllowPrivate lets a domain rule's answers in private, loopback, link-local, CGNAT,
+	// unique-local or unspecified ranges be pinned (PrivateRange). Without it they are
+	// withheld: a public name answered with an internal address (DNS rebinding) opens
+	// nothing inside.
+	AllowPrivate bool
 }
 
 type PortRange struct{ Lo, Hi uint16 }

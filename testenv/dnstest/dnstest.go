@@ -49,15 +49,22 @@ type Server struct {
 // Start runs a server until the test ends.
 func Start(t testing.TB, z Zone) *Server {
 	t.Helper()
+	return StartAt(t, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0), z)
+}
+
+// StartAt runs a server on at (an IPv4 address; port 0: any port free for UDP and TCP).
+func StartAt(t testing.TB, at netip.AddrPort, z Zone) *Server {
+	t.Helper()
 	u := &Server{zone: z, asked: map[string]int{}}
+	ip := net.IP(at.Addr().AsSlice())
 	var err error
 	for try := 0; ; try++ {
-		u.udp, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		u.udp, err = net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: int(at.Port())})
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := u.udp.LocalAddr().(*net.UDPAddr).Port
-		u.tcp, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+		u.tcp, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: ip, Port: port})
 		if err == nil {
 			break
 		}

@@ -213,3 +213,9 @@ ALTER TABLE berm.events_local ADD COLUMN dns_verdict String;
 ALTER TABLE berm.events ADD COLUMN dns_type String;
 
 ALTER TABLE berm.events ADD COLUMN dns_verdict String;
+
+-- migration 0011 add_dropped_dns
+
+ALTER TABLE berm.calls_local ADD COLUMN dropped_dns UInt64;
+
+ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;

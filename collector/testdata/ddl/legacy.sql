@@ -161,3 +161,7 @@ ALTER TABLE berm.events ADD COLUMN approval_latency_ns Int64;
 ALTER TABLE berm.events ADD COLUMN dns_type String;
 
 ALTER TABLE berm.events ADD COLUMN dns_verdict String;
+
+-- migration 0011 add_dropped_dns
+
+ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;

@@ -212,3 +212,9 @@ ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdi
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
 
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
+
+-- migration 0011 add_dropped_dns
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;

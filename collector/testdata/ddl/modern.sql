@@ -160,3 +160,7 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS approval_latency_ns Int64;
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String);
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
+
+-- migration 0011 add_dropped_dns
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
