@@ -102,3 +102,107 @@ spec:
 		})
 	}
 }
+
+// A secret of one tenant's call passed to a program in another tenant's call through its
+// environment (never in an argument, never printed) raises the alert naming both calls; the
+// environment is never recorded. An environment longer than the kernel's bound hides what is
+// past it: that exec says its environment was cut, not scanned to the end. The holder's own
+// secret, delivered by env and inherited by its children, is no leak.
+func TestDaemonCrossCallSecretInExecEnv(t *testing.T) {
+	d := startDaemon(t)
+	b := make([]byte, 12)
+	rand.Read(b)
+	secret := "xenv-" + hex.EncodeToString(b)
+	src := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(src, []byte(secret), 0o600)
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: holder}
+spec:
+  credentials:
+    - {name: db, source: {file: %s}, deliver: {env: DB_TOKEN}}
+`, src)), 0o600)
+	wsA, wsB := bermbin.Workspace(t), bermbin.Workspace(t)
+	done := make(chan bermbin.Result, 1)
+	go func() {
+		done <- d.run(t, "", "--policy", pol, "--tenant", "alpha", "--call-id", "holder", "--workspace", wsA, "--",
+			"sh", "-c", `[ -n "$DB_TOKEN" ] && /bin/true && touch ready; while [ ! -e go ]; do sleep 0.05; done`)
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(wsA, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never started")
+		}
+	}
+	// The thief has the value in a file of its own (a shared service gave it out) and hands
+	// it on in the environment only: raw to true, base64 to ls, and once behind 9000 bytes of
+	// padding to echo, past the kernel's 8 KiB bound.
+	os.WriteFile(filepath.Join(wsB, "s"), []byte(secret), 0o644)
+	r := d.run(t, "", "--tenant", "beta", "--call-id", "thief", "--workspace", wsB, "--",
+		"sh", "-c", `X=$(cat s) /bin/true; Z=$(base64 -w0 s) /bin/ls s >/dev/null; PAD=$(head -c 9000 /dev/zero | tr '\0' a) Y=$(cat s) /bin/echo padded`)
+	os.WriteFile(filepath.Join(wsA, "go"), nil, 0o644)
+	if a := <-done; a.Exit != 0 {
+		t.Fatalf("holder: %+v", a)
+	}
+	if r.Exit != 0 || strings.TrimSpace(r.Stdout) != "padded" {
+		t.Fatalf("thief: %+v", r)
+	}
+	holder := d.call(t, "holder")
+	tl := bermbin.Timeline(t, d.state, "beta/thief")
+	leaks := map[string]int{} // encoding -> leaks found in an exec's environment
+	alerts := 0
+	execs := map[string]*event.Exec{}
+	for _, e := range tl.Events {
+		if e.Exec != nil {
+			execs[e.Exec.Filename] = e.Exec
+		}
+		if e.Credential != nil && e.Credential.Action == event.CredentialLeaked && e.Credential.Where == "exec env" {
+			if e.Credential.OtherCall != holder.Start.CallKey || e.Credential.OtherTenant != "alpha" || e.Credential.Name != "db" {
+				t.Errorf("leak does not name the holder: %+v", e.Credential)
+			}
+			leaks[e.Credential.Encoding]++
+		}
+		if e.Alert != nil && e.Alert.RuleID == "credential-cross-call" && strings.Contains(e.Alert.Output, "exec env") {
+			alerts++
+			if !strings.Contains(e.Alert.Output, holder.Start.CallKey) || !strings.Contains(e.Alert.Output, tl.Call.Start.CallKey) {
+				t.Errorf("alert does not name both calls: %s", e.Alert.Output)
+			}
+		}
+	}
+	if leaks["raw"] != 1 || leaks["base64"] != 1 || len(leaks) != 2 || alerts != 2 {
+		t.Errorf("leaks in exec environments by encoding %v, %d alerts: want one raw (true), one base64 (ls), two alerts", leaks, alerts)
+	}
+	for _, f := range []string{"/bin/true", "/bin/ls"} {
+		if x := execs[f]; x == nil || x.EnvTruncated || x.EnvLen == 0 {
+			t.Errorf("exec of %s: %+v, want its environment's length and no cut", f, x)
+		}
+	}
+	if x := execs["/bin/echo"]; x == nil || !x.EnvTruncated || x.EnvLen < 9000 {
+		t.Errorf("exec of /bin/echo: %+v, want its environment marked cut (not scanned to its end)", x)
+	}
+	// The holder's own secret in its own environment is not a leak.
+	for _, e := range bermbin.Timeline(t, d.state, "alpha/holder").Events {
+		if e.Credential != nil && e.Credential.Action == event.CredentialLeaked || e.Alert != nil && e.Alert.RuleID == "credential-cross-call" {
+			t.Errorf("the holder's own env delivery counted as a leak: %+v %+v", e.Credential, e.Alert)
+		}
+		if e.Exec != nil && e.Exec.Filename == "/bin/true" && e.Exec.EnvLen == 0 {
+			t.Errorf("holder's exec has no environment length: %+v", e.Exec)
+		}
+	}
+	for _, f := range []string{secret, base64.StdEncoding.EncodeToString([]byte(secret))} {
+		if bytes.Contains(d.log.Bytes(), []byte(f)) {
+			t.Errorf("bermd's log holds the secret")
+		}
+		filepath.Walk(d.state, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(f)) {
+					t.Errorf("%s holds the secret", p)
+				}
+			}
+			return nil
+		})
+	}
+}
