@@ -220,6 +220,8 @@ func (l *launch) revoke(c *issued, why string) {
 			result = err.Error()
 		}
 		c.revoked = result
+		// It ran (whatever it said): a launcher starting after a crash must not run it again.
+		_ = l.pending.ran(c.cred.Name)
 	}
 	l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 		Name: c.cred.Name, Action: event.CredentialRevoked, Fingerprint: c.fp, Delivery: c.delivery(), Result: result, Where: why}})
@@ -263,16 +265,21 @@ func (l *launch) readSource(c policy.Credential) ([]byte, error) {
 // runCredentialCmd runs a minting or revoking command outside the sandbox, bounded in time and
 // output. Its stdout is returned; its stderr is dropped, never recorded: it may hold the secret.
 func (l *launch) runCredentialCmd(c policy.Credential, argv []string, stdin io.Reader, extra ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), credentialCmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	ttl := c.TTL
 	if ttl == 0 {
 		ttl = l.spec.Limits.WallTime
 	}
-	cmd.Env = append(os.Environ(), "BERM_CALL_ID="+l.spec.CallID, "BERM_TENANT="+l.spec.Tenant, "BERM_TOOL="+l.spec.Tool,
+	env := append(os.Environ(), "BERM_CALL_ID="+l.spec.CallID, "BERM_TENANT="+l.spec.Tenant, "BERM_TOOL="+l.spec.Tool,
 		fmt.Sprintf("BERM_TTL=%d", int64(ttl.Seconds())))
-	cmd.Env = append(cmd.Env, extra...)
+	return credentialCmd(argv, stdin, append(env, extra...))
+}
+
+// credentialCmd runs argv with env (a nil stdin reads as empty), bounded as runCredentialCmd says.
+func credentialCmd(argv []string, stdin io.Reader, env []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), credentialCmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stdin = stdin
 	var out limitedBuffer
 	cmd.Stdout = &out
