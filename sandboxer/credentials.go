@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
@@ -269,17 +272,28 @@ func (l *launch) runCredentialCmd(c policy.Credential, argv []string, stdin io.R
 	if ttl == 0 {
 		ttl = l.spec.Limits.WallTime
 	}
-	env := append(os.Environ(), "BERM_CALL_ID="+l.spec.CallID, "BERM_TENANT="+l.spec.Tenant, "BERM_TOOL="+l.spec.Tool,
-		fmt.Sprintf("BERM_TTL=%d", int64(ttl.Seconds())))
-	return credentialCmd(argv, stdin, append(env, extra...))
+	env := append([]string{"BERM_CALL_ID=" + l.spec.CallID, "BERM_TENANT=" + l.spec.Tenant, "BERM_TOOL=" + l.spec.Tool,
+		fmt.Sprintf("BERM_TTL=%d", int64(ttl.Seconds()))}, extra...)
+	return credentialCmd(argv, stdin, c.RunAs, env)
 }
 
-// credentialCmd runs argv with env (a nil stdin reads as empty), bounded as runCredentialCmd says.
-func credentialCmd(argv []string, stdin io.Reader, env []string) ([]byte, error) {
+// credentialCmd runs argv with the BERM_ variables in bermEnv (a nil stdin reads as empty),
+// bounded as runCredentialCmd says: as root with berm's environment too, or as user runAs with
+// only PATH besides (berm's environment may hold env sources' secrets).
+func credentialCmd(argv []string, stdin io.Reader, runAs string, bermEnv []string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), credentialCmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = env
+	cmd.Env = append(os.Environ(), bermEnv...)
+	if runAs != "" {
+		cred, home, err := lookupRunAs(runAs)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "USER=" + runAs, "LOGNAME=" + runAs}, bermEnv...)
+		cmd.Dir = "/"
+	}
 	cmd.Stdin = stdin
 	var out limitedBuffer
 	cmd.Stdout = &out
@@ -298,6 +312,21 @@ func credentialCmd(argv []string, stdin io.Reader, env []string) ([]byte, error)
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// lookupRunAs is a node user's ids, without supplementary groups: a command dropped to it
+// keeps nothing of root's.
+func lookupRunAs(name string) (*syscall.Credential, string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, "", fmt.Errorf("runAs %s: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil || uid == 0 {
+		return nil, "", fmt.Errorf("runAs %s: uid %s gid %s: not an unprivileged user", name, u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, u.HomeDir, nil
 }
 
 type limitedBuffer struct {

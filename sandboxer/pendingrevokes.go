@@ -33,6 +33,7 @@ type pendingRevoke struct {
 	Name        string   `json:"name"`
 	Fingerprint string   `json:"fingerprint"`
 	Revoke      []string `json:"revoke"`
+	RunAs       string   `json:"run_as,omitempty"`
 	TTLSeconds  int64    `json:"ttl_seconds"` // BERM_TTL, as the mint had it
 	// Expires is when the credential's time was up (its ttl, else the call's wall-time cap):
 	// a replay after it still revokes, the broker may have let it lapse already.
@@ -67,7 +68,7 @@ func (l *launch) persistRevokes(stateDir string) error {
 		if ttl == 0 {
 			ttl = l.spec.Limits.WallTime
 		}
-		rf.Creds = append(rf.Creds, pendingRevoke{Name: c.cred.Name, Fingerprint: c.fp, Revoke: c.cred.Revoke,
+		rf.Creds = append(rf.Creds, pendingRevoke{Name: c.cred.Name, Fingerprint: c.fp, Revoke: c.cred.Revoke, RunAs: c.cred.RunAs,
 			TTLSeconds: int64(ttl.Seconds()), Expires: time.Now().Add(ttl)})
 	}
 	if len(rf.Creds) == 0 {
@@ -229,10 +230,10 @@ func replayRevokeFile(j lateJournal, p string, log *slog.Logger) error {
 	pr := &pendingRevokes{f: f, path: p, rec: rec}
 	var evs []event.Event
 	for _, c := range append([]pendingRevoke(nil), rec.Creds...) {
-		env := append(os.Environ(), "BERM_CALL_ID="+rec.CallID, "BERM_TENANT="+rec.Tenant, "BERM_TOOL="+rec.Tool,
-			fmt.Sprintf("BERM_TTL=%d", c.TTLSeconds), "BERM_SECRET_FINGERPRINT="+c.Fingerprint, "BERM_REVOKE_AFTER_RESTART=1")
+		env := []string{"BERM_CALL_ID=" + rec.CallID, "BERM_TENANT=" + rec.Tenant, "BERM_TOOL=" + rec.Tool,
+			fmt.Sprintf("BERM_TTL=%d", c.TTLSeconds), "BERM_SECRET_FINGERPRINT=" + c.Fingerprint, "BERM_REVOKE_AFTER_RESTART=1"}
 		result := "ok"
-		if _, err := credentialCmd(c.Revoke, nil, env); err != nil {
+		if _, err := credentialCmd(c.Revoke, nil, c.RunAs, env); err != nil {
 			result = err.Error()
 		}
 		log.Info("credential revoked after a restart", "call_key", rec.CallKey, "credential", c.Name, "fingerprint", c.Fingerprint, "result", result)
