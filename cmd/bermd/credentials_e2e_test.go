@@ -281,3 +281,64 @@ for n in (v + ".example", binascii.hexlify(v.encode()).decode() + ".example", "a
 	}
 	assertNowhere(t, d, secret)
 }
+
+// bermd SIGKILLed while a call holding a credential sleeps never ran its revoke: the next bermd
+// on the node runs it once, before it takes calls, and journals it in the call's trail.
+func TestDaemonRevokesAfterItWasKilled(t *testing.T) {
+	d := startDaemon(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "broker.log")
+	revoke := filepath.Join(dir, "revoke")
+	os.WriteFile(revoke, []byte("#!/bin/sh\necho \"revoke $BERM_CALL_ID $BERM_SECRET_FINGERPRINT restart=$BERM_REVOKE_AFTER_RESTART\" >> "+log+"\n"), 0o700)
+	src := filepath.Join(dir, "secret")
+	os.WriteFile(src, []byte("held-by-a-call-whose-bermd-dies"), 0o600)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: holder}
+spec:
+  credentials:
+    - {name: db, source: {file: %s}, deliver: {env: DB}, revoke: {exec: [%s]}}
+`, src, revoke)), 0o600)
+	ws := bermbin.Workspace(t)
+	done := make(chan bermbin.Result, 1)
+	go func() {
+		done <- d.run(t, "", "--policy", pol, "--tenant", "alpha", "--call-id", "orphaned", "--workspace", ws, "--", "sh", "-c", "touch ready; exec sleep 30")
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(ws, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never started")
+		}
+	}
+	d.cmd.Process.Kill()
+	d.cmd.Wait()
+	<-done
+	if got, _ := os.ReadFile(log); len(got) != 0 {
+		t.Fatalf("revoked by a killed bermd: %s", got)
+	}
+	d2 := startDaemon(t, "--state-dir", d.state)
+	d2.cmd.Process.Signal(os.Interrupt)
+	d2.cmd.Wait()
+	startDaemon(t, "--state-dir", d.state) // a third start runs nothing again
+	var fp string
+	tl := bermbin.Timeline(t, d.state, "alpha/orphaned")
+	revoked := 0
+	for _, e := range tl.Events {
+		if c := e.Credential; c != nil && c.Action == event.CredentialIssued {
+			fp = c.Fingerprint
+		}
+		if c := e.Credential; c != nil && c.Action == event.CredentialRevoked {
+			revoked++
+			if c.Where != "after restart" || c.Result != "ok" || c.Fingerprint != fp {
+				t.Errorf("revoke in the trail: %+v (issued as %s)", c, fp)
+			}
+		}
+	}
+	got, _ := os.ReadFile(log)
+	if want := "revoke orphaned " + fp + " restart=1\n"; fp == "" || string(got) != want || revoked != 1 {
+		t.Fatalf("broker log %q, want %q once; %d revokes in the trail", got, want, revoked)
+	}
+}
