@@ -283,6 +283,8 @@ type Call struct {
 	// leaksSeen: the live secrets already recorded as found in this call's trail, by owner,
 	// name, place and encoding (credentials.go).
 	leaksSeen map[string]bool
+	// envs: exec environments waiting for their exec event, by thread (execenv.go)
+	envs map[uint32]heldEnv
 	// journalLost are events the journal refused (disk full, I/O error), journalErr why.
 	journalLost uint64
 	journalErr  error

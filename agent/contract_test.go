@@ -73,6 +73,7 @@ func TestContractLimits(t *testing.T) {
 		{"BERM_PATH_MAX", bpf.BermPathMax, "bpf.BermPathMax"},
 		{"BERM_ARGS_MAX", bpf.BermArgsMax, "bpf.BermArgsMax"},
 		{"BERM_EXE_PATH_MAX", bpf.BermExePathMax, "bpf.BermExePathMax"},
+		{"BERM_ENV_MAX", bpf.BermEnvMax, "bpf.BermEnvMax"},
 		{"BERM_LEN_UNKNOWN", wire.LenUnknown, "wire.LenUnknown"},
 	}
 	for _, c := range cases {

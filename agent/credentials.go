@@ -19,11 +19,17 @@ func (a *Agent) Secrets() *secrets.Registry { return a.secrets }
 // credential events and alerts the finds make: a secret of another call is an alert naming
 // both calls.
 func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
-	if !a.secrets.Live() || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
-		return nil
-	}
 	var hits []secrets.Hit
 	var where string
+	if ev.Exec != nil {
+		// taken whether or not a secret is live: the exec records its environment's size
+		if hits = a.scanEnv(c, ev); hits != nil {
+			where = "exec env"
+		}
+	}
+	if !a.secrets.Live() || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
+		return a.leakEvents(c, hits, where, ev)
+	}
 	s := func(w string, p *string) {
 		out, h := a.secrets.Scrub(*p)
 		if h != nil {

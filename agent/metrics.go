@@ -17,6 +17,9 @@ type metrics struct {
 	lingering   prometheus.Gauge
 	// credentialLeaks: live secrets found in the trail's strings (scrubbed before recording).
 	credentialLeaks prometheus.Counter
+	// envScansCut: exec environments scanned for secrets while some were live, of which the
+	// kernel carried only the first BERM_ENV_MAX - 1 bytes (the rest went unscanned).
+	envScansCut prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64) *metrics {
@@ -51,11 +54,14 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 		credentialLeaks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "berm_credential_trail_leaks_total", Help: "Brokered secrets found in events' arguments, paths or addresses (redacted before recording).",
 		}),
+		envScansCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "berm_credential_env_scans_cut_total", Help: "Exec environments scanned for live secrets past whose kernel bound (BERM_ENV_MAX) nothing was scanned.",
+		}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs, m.lingering, m.credentialLeaks,
+	reg.MustRegister(m.calls, m.active, m.events, m.drops, m.denials, m.malformed, m.orphans, m.journalErrs, m.lingering, m.credentialLeaks, m.envScansCut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_ringbuf_pending_bytes", Help: "Bytes waiting in the event ring buffer.",
 		}, ring),

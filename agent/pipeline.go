@@ -195,6 +195,15 @@ func (a *Agent) decodeBatch(c *Call, b *batch) []event.Event {
 		evs = append(evs, *b.user)
 	}
 	b.records(func(raw []byte) {
+		if isExecEnv(raw) {
+			if err := c.holdEnv(raw); err != nil {
+				a.m.malformed.Inc()
+				a.log.Error("malformed ring buffer record", "call_id", c.Start.CallID, "err", err)
+				a.userDrops[c.slot].Add(1)
+				a.m.drops.WithLabelValues("user").Inc()
+			}
+			return
+		}
 		var ev event.Event
 		if err := decode(raw, &ev); err != nil {
 			a.m.malformed.Inc()

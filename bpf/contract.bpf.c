@@ -18,6 +18,7 @@ const struct berm_str *unused_str __attribute__((unused));
 const struct berm_call_cfg *unused_call_cfg __attribute__((unused));
 const struct berm_hdr *unused_hdr __attribute__((unused));
 const struct berm_exec *unused_exec __attribute__((unused));
+const struct berm_exec_env *unused_exec_env __attribute__((unused));
 const struct berm_fork *unused_fork __attribute__((unused));
 const struct berm_exit *unused_exit __attribute__((unused));
 const struct berm_open *unused_open __attribute__((unused));

@@ -102,6 +102,12 @@ type WireBermExec struct {
 	Args     WireBermStr
 }
 
+type WireBermExecEnv struct {
+	_   structs.HostLayout
+	Hdr WireBermHdr
+	Env WireBermStr
+}
+
 type WireBermExit struct {
 	_               structs.HostLayout
 	Hdr             WireBermHdr
@@ -231,6 +237,7 @@ const (
 	WireBermOpBERM_OP_NET_DENY     WireBermOp = 7
 	WireBermOpBERM_OP_SYSCALL_PATH WireBermOp = 8
 	WireBermOpBERM_OP_LSM_DENY     WireBermOp = 9
+	WireBermOpBERM_OP_EXEC_ENV     WireBermOp = 10
 )
 
 type WireBermOpen struct {
@@ -304,6 +311,7 @@ const (
 	WireVarUnusedDnsPinKey   = "unused_dns_pin_key"
 	WireVarUnusedDnsPinRule  = "unused_dns_pin_rule"
 	WireVarUnusedExec        = "unused_exec"
+	WireVarUnusedExecEnv     = "unused_exec_env"
 	WireVarUnusedExit        = "unused_exit"
 	WireVarUnusedFork        = "unused_fork"
 	WireVarUnusedHdr         = "unused_hdr"
@@ -392,6 +400,7 @@ type WireVariableSpecs struct {
 	UnusedDnsPinKey   *ebpf.VariableSpec `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.VariableSpec `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
+	UnusedExecEnv     *ebpf.VariableSpec `ebpf:"unused_exec_env"`
 	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.VariableSpec `ebpf:"unused_hdr"`
@@ -456,6 +465,7 @@ type WireVariables struct {
 	UnusedDnsPinKey   *ebpf.Variable `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.Variable `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
+	UnusedExecEnv     *ebpf.Variable `ebpf:"unused_exec_env"`
 	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.Variable `ebpf:"unused_hdr"`

@@ -6,4 +6,6 @@ const (
 	BermArgsMax = 8192 // BERM_ARGS_MAX: argv bytes an exec record carries
 	// BERM_EXE_PATH_MAX: bytes of the executed file's kernel path an exec record carries
 	BermExePathMax = 1024
+	// BERM_ENV_MAX: environment bytes an exec_env record carries, for the secret scan
+	BermEnvMax = 8192
 )

@@ -172,6 +172,13 @@ func (sc *scanner) exec(x *event.Exec) {
 		x.ArgsLen = sc.uint32()
 		sc.check(x.ArgsLen != 0)
 	}
+	if sc.has(`,"env_len":`) {
+		x.EnvLen = sc.uint32()
+		sc.check(x.EnvLen != 0)
+	}
+	if sc.has(`,"env_truncated":`) {
+		x.EnvTruncated = sc.isTrue()
+	}
 	sc.expect('}')
 }
 

@@ -2,6 +2,7 @@ package sandboxer
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -24,7 +25,17 @@ func NewAgent(cfg agent.Config) (*agent.Agent, error) {
 	}
 	cfg.NetRoot = root
 	cfg.Kill = cgroup.Kill
-	return agent.New(cfg)
+	a, err := agent.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Revokes of calls whose launcher was killed mid-call run before this one takes calls.
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	replayRevokes(cfg.StateDir, a, log)
+	return a, nil
 }
 
 // ProbeKernel runs the kernel feature probe on this host's cgroup layout.

@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
@@ -220,6 +223,8 @@ func (l *launch) revoke(c *issued, why string) {
 			result = err.Error()
 		}
 		c.revoked = result
+		// It ran (whatever it said): a launcher starting after a crash must not run it again.
+		_ = l.pending.ran(c.cred.Name)
 	}
 	l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 		Name: c.cred.Name, Action: event.CredentialRevoked, Fingerprint: c.fp, Delivery: c.delivery(), Result: result, Where: why}})
@@ -263,16 +268,32 @@ func (l *launch) readSource(c policy.Credential) ([]byte, error) {
 // runCredentialCmd runs a minting or revoking command outside the sandbox, bounded in time and
 // output. Its stdout is returned; its stderr is dropped, never recorded: it may hold the secret.
 func (l *launch) runCredentialCmd(c policy.Credential, argv []string, stdin io.Reader, extra ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), credentialCmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	ttl := c.TTL
 	if ttl == 0 {
 		ttl = l.spec.Limits.WallTime
 	}
-	cmd.Env = append(os.Environ(), "BERM_CALL_ID="+l.spec.CallID, "BERM_TENANT="+l.spec.Tenant, "BERM_TOOL="+l.spec.Tool,
-		fmt.Sprintf("BERM_TTL=%d", int64(ttl.Seconds())))
-	cmd.Env = append(cmd.Env, extra...)
+	env := append([]string{"BERM_CALL_ID=" + l.spec.CallID, "BERM_TENANT=" + l.spec.Tenant, "BERM_TOOL=" + l.spec.Tool,
+		fmt.Sprintf("BERM_TTL=%d", int64(ttl.Seconds()))}, extra...)
+	return credentialCmd(argv, stdin, c.RunAs, env)
+}
+
+// credentialCmd runs argv with the BERM_ variables in bermEnv (a nil stdin reads as empty),
+// bounded as runCredentialCmd says: as root with berm's environment too, or as user runAs with
+// only PATH besides (berm's environment may hold env sources' secrets).
+func credentialCmd(argv []string, stdin io.Reader, runAs string, bermEnv []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), credentialCmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), bermEnv...)
+	if runAs != "" {
+		cred, home, err := lookupRunAs(runAs)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "USER=" + runAs, "LOGNAME=" + runAs}, bermEnv...)
+		cmd.Dir = "/"
+	}
 	cmd.Stdin = stdin
 	var out limitedBuffer
 	cmd.Stdout = &out
@@ -291,6 +312,21 @@ func (l *launch) runCredentialCmd(c policy.Credential, argv []string, stdin io.R
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// lookupRunAs is a node user's ids, without supplementary groups: a command dropped to it
+// keeps nothing of root's.
+func lookupRunAs(name string) (*syscall.Credential, string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, "", fmt.Errorf("runAs %s: %w", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil || uid == 0 {
+		return nil, "", fmt.Errorf("runAs %s: uid %s gid %s: not an unprivileged user", name, u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, u.HomeDir, nil
 }
 
 type limitedBuffer struct {

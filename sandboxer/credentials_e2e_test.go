@@ -352,3 +352,52 @@ func TestCredentialExpiresAtItsTTL(t *testing.T) {
 		}
 	}
 }
+
+// A credential with runAs has its minting and revoke commands run as that user, with no
+// supplementary groups and none of berm's environment (which holds env sources' secrets);
+// an unknown user fails the call before it starts.
+func TestCredentialCommandsRunAsTheirUser(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	dir, err := os.MkdirTemp("/tmp", "berm-runas-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	log := filepath.Join(dir, "broker.log")
+	os.WriteFile(log, nil, 0o666)
+	os.Chmod(log, 0o666)
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755)
+		return p
+	}
+	mint := script("mint", `echo "mint $(id -u) $(id -g) [$(id -G)] up=${BERM_TEST_UPSTREAM:-none} $BERM_CALL_ID" >> `+log+"; echo token-$$\n")
+	revoke := script("revoke", `read v; echo "revoke $(id -u) up=${BERM_TEST_UPSTREAM:-none} $BERM_SECRET_FINGERPRINT ${v%%-*}" >> `+log+"\n")
+	t.Setenv("BERM_TEST_UPSTREAM", "launcher-held")
+	pol := func(user string) string {
+		return credPolicy(t, fmt.Sprintf(`  credentials:
+    - name: db
+      source: {exec: [%s]}
+      deliver: {env: DB}
+      revoke: {exec: [%s]}
+      runAs: %s
+`, mint, revoke, user))
+	}
+	summary := filepath.Join(t.TempDir(), "s.json")
+	r := run(t, state, "--policy", pol("nobody"), "--call-id", "dropped", "--summary", summary, "--workspace", ws, "--", "sh", "-c", `[ -n "$DB" ]`)
+	rec := readRecord(t, summary)
+	if r.Exit != 0 || len(rec.Credentials) != 1 || rec.Credentials[0].Revoked != "ok" {
+		t.Fatalf("exit %d, credentials %+v: %s", r.Exit, rec.Credentials, r.Stderr)
+	}
+	got, _ := os.ReadFile(log)
+	want := "mint 65534 65534 [65534] up=none dropped\nrevoke 65534 up=none " + rec.Credentials[0].Fingerprint + " token\n"
+	if string(got) != want {
+		t.Fatalf("broker log:\n%s\nwant:\n%s", got, want)
+	}
+	r = run(t, state, "--policy", pol("no-such-user"), "--call-id", "unknown", "--workspace", ws, "--", "true")
+	if r.Exit == 0 || !strings.Contains(r.Stderr, "runAs no-such-user") {
+		t.Fatalf("unknown runAs user: exit %d, stderr %s", r.Exit, r.Stderr)
+	}
+}

@@ -24,6 +24,8 @@ type CallRecorder interface {
 	Key() string
 	// Secrets is the node's registry of live brokered secrets and its fingerprint key.
 	Secrets() *secrets.Registry
+	// StateDir is the node's state directory: a call's pending revokes are kept there.
+	StateDir() string
 }
 
 // Local records with an in-process agent.
@@ -49,5 +51,6 @@ func (l localCall) Release() error { return l.a.Release(l.c) }
 
 func (l localCall) Key() string                { return l.c.Start.CallKey }
 func (l localCall) Secrets() *secrets.Registry { return l.a.Secrets() }
+func (l localCall) StateDir() string           { return l.a.StateDir() }
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

@@ -230,6 +230,10 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if mintErr == nil {
 		mintErr = l.issueCredentials(call.Secrets(), argvLeaks)
 	}
+	if mintErr == nil {
+		mintErr = l.persistRevokes(call.StateDir())
+	}
+	defer l.pending.close()
 	if err := mintErr; err != nil {
 		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
 		_ = l.cg.KillAndWait(5 * time.Second)
@@ -291,6 +295,8 @@ type launch struct {
 	// creds are the call's brokered credentials (credentials.go); callKey names the call.
 	creds   []*issued
 	callKey string
+	// pending: the call's revokes on disk while it runs, for a launcher that outlives a crash
+	pending *pendingRevokes
 
 	// sup is the call's approval supervisor once it runs: told first why berm ends the call,
 	// so a request the end abandons says why.

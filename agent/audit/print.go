@@ -124,6 +124,9 @@ func Describe(e *event.Event) string {
 		if e.Exec.Truncated {
 			d += fmt.Sprintf(" [argv truncated, %d bytes]", e.Exec.ArgsLen)
 		}
+		if e.Exec.EnvTruncated {
+			d += fmt.Sprintf(" [env of %d bytes: its end not scanned for secrets]", e.Exec.EnvLen)
+		}
 		if e.Exec.Setuid {
 			d += " [setuid]"
 		}

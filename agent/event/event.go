@@ -127,6 +127,9 @@ type Exec struct {
 	ExePath   string   `json:"exe_path,omitempty"`  // the kernel's path of the executed file (after symlinks, for an fd too); empty if too long
 	EUID      uint32   `json:"euid"`                // effective uid after the exec
 	ArgsLen   uint32   `json:"args_len,omitempty"`  // argv's whole length in bytes (NUL-separated), recorded or not
+	// The environment is scanned for other calls' live secrets and never recorded, only its size.
+	EnvLen       uint32 `json:"env_len,omitempty"`       // the environment's whole length in bytes (NUL-separated NAME=value)
+	EnvTruncated bool   `json:"env_truncated,omitempty"` // longer than the kernel's 8 KiB buffer: its end was not scanned for secrets
 }
 
 // Fork is a new process of the call.

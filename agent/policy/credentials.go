@@ -26,6 +26,10 @@ type Credential struct {
 	// TTL is how long the credential lives (BERM_TTL for the minting and revoking commands);
 	// past it the file is removed and revoke runs. Zero: the call's wall time.
 	TTL time.Duration
+	// RunAs is the node user its exec source and revoke run as, with only PATH and the BERM_
+	// variables in their environment (not berm's, which may hold env sources' secrets); empty:
+	// root, with berm's environment.
+	RunAs string
 }
 
 // CredentialSource is exactly one of File, Env, Exec.
@@ -101,9 +105,25 @@ func (d *decoder) credential(n *yaml.Node, field string) (Credential, bool) {
 				"exec": func(n *yaml.Node, f string) { d.argv(n, f, &c.Revoke) },
 			}, "exec")
 		},
-		"ttl": func(n *yaml.Node, f string) { d.duration(n, f, &c.TTL) },
+		"ttl":   func(n *yaml.Node, f string) { d.duration(n, f, &c.TTL) },
+		"runAs": func(n *yaml.Node, f string) { d.userName(n, f, &c.RunAs) },
 	}, "name", "source", "deliver")
 	return c, len(d.errs) == before
+}
+
+var userNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// userName is a node user's name (resolved by the launcher when the call starts).
+func (d *decoder) userName(n *yaml.Node, field string, dst *string) {
+	s, ok := d.scalar(n, field, "a user name like nobody", "!!str")
+	if !ok {
+		return
+	}
+	if !userNameRE.MatchString(s) || s == "root" {
+		d.fail(n, field, "expected the name of a user other than root, like nobody, got %s", describe(n))
+		return
+	}
+	*dst = s
 }
 
 func (d *decoder) envName(n *yaml.Node, field string, dst *string) {

@@ -19,6 +19,7 @@ func TestParseCredentials(t *testing.T) {
       deliver: {file: /run/secrets/db}
       revoke: {exec: [/usr/local/bin/revoke-db-token]}
       ttl: 5m
+      runAs: berm-broker
     - name: from-env
       source: {env: UPSTREAM_TOKEN}
       deliver: {file: /run/secrets/up}
@@ -32,7 +33,7 @@ func TestParseCredentials(t *testing.T) {
 	want := []Credential{
 		{Name: "github", Source: CredentialSource{File: "/etc/berm/secrets/github"}, Deliver: CredentialDelivery{Env: "GITHUB_TOKEN"}},
 		{Name: "db", Source: CredentialSource{Exec: []string{"/usr/local/bin/mint-db-token", "--ttl", "5m"}}, Deliver: CredentialDelivery{File: "/run/secrets/db"},
-			Revoke: []string{"/usr/local/bin/revoke-db-token"}, TTL: 5 * time.Minute},
+			Revoke: []string{"/usr/local/bin/revoke-db-token"}, TTL: 5 * time.Minute, RunAs: "berm-broker"},
 		{Name: "from-env", Source: CredentialSource{Env: "UPSTREAM_TOKEN"}, Deliver: CredentialDelivery{File: "/run/secrets/up"}},
 	}
 	got := p.Spec.Credentials
@@ -42,7 +43,7 @@ func TestParseCredentials(t *testing.T) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Name != w.Name || g.Source.File != w.Source.File || g.Source.Env != w.Source.Env || !slices.Equal(g.Source.Exec, w.Source.Exec) ||
-			g.Deliver != w.Deliver || !slices.Equal(g.Revoke, w.Revoke) || g.TTL != w.TTL {
+			g.Deliver != w.Deliver || !slices.Equal(g.Revoke, w.Revoke) || g.TTL != w.TTL || g.RunAs != w.RunAs {
 			t.Errorf("credential %d: got %+v, want %+v", i, g, w)
 		}
 	}
@@ -76,6 +77,8 @@ func TestParseCredentialErrors(t *testing.T) {
 		{"no delivery, bad name", header + "spec:\n  credentials:\n    - name: A B\n      source: {env: X}\n",
 			[]string{`p.yaml:7:13: spec.credentials[0].name: expected a name of at most 63 lowercase letters, digits, '-', '.', '_', got "A B"`,
 				`p.yaml:7:7: spec.credentials[0].deliver: required field missing`}},
+		{"run as root", header + "spec:\n  credentials:\n    - name: a\n      source: {env: X}\n      deliver: {env: A}\n      runAs: root\n",
+			[]string{`p.yaml:10:14: spec.credentials[0].runAs: expected the name of a user other than root, like nobody, got "root"`}},
 		{"relative exec", header + "spec:\n  credentials:\n    - name: a\n      source: {exec: [mint]}\n      deliver: {env: A}\n",
 			[]string{`p.yaml:8:22: spec.credentials[0].source.exec: expected a command starting with an absolute program path, like [/usr/local/bin/mint-token, --ttl, 5m]`}},
 		{"bad env and path", header + "spec:\n  credentials:\n    - name: a\n      source: {file: ../x}\n      deliver: {env: 1A}\n",

@@ -15,6 +15,7 @@
 #define BERM_PATH_MAX 4096    /* paths in variable records: PATH_MAX, the kernel refuses longer */
 #define BERM_ARGS_MAX 8192    /* argv bytes an exec record carries */
 #define BERM_EXE_PATH_MAX 1024 /* bytes of the executed file's kernel path an exec record carries */
+#define BERM_ENV_MAX 8192     /* environment bytes an exec_env record carries (scanned, never recorded) */
 #define BERM_COMM_LEN 16
 
 enum berm_op {
@@ -27,6 +28,7 @@ enum berm_op {
 	BERM_OP_NET_DENY = 7, /* struct berm_net_deny: the cgroup sock hooks (netpolicy.bpf.c) */
 	BERM_OP_SYSCALL_PATH = 8,
 	BERM_OP_LSM_DENY = 9, /* struct berm_lsm_deny: the BPF LSM hooks (lsm.bpf.c) */
+	BERM_OP_EXEC_ENV = 10, /* struct berm_exec_env: an exec's environment, just before its exec record */
 };
 
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
@@ -88,6 +90,17 @@ struct berm_exec {
 	struct berm_str filename; /* as passed to execve */
 	struct berm_str exe_path; /* the kernel's path of the executed file (dentry walk), at most BERM_EXE_PATH_MAX - 1 bytes */
 	struct berm_str args;     /* NUL-separated argv */
+};
+
+/*
+ * The new image's environment (NUL-separated NAME=value), emitted just before the exec record
+ * of the same task (lib/execenv.h). The agent scans it for other calls' secrets and drops it:
+ * it is never journalled. env.full > env.len: the environment was longer than
+ * BERM_ENV_MAX - 1 bytes, and the rest was not scanned.
+ */
+struct berm_exec_env {
+	struct berm_hdr hdr;
+	struct berm_str env;
 };
 
 struct berm_fork {
