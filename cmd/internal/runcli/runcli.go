@@ -5,7 +5,6 @@
 package runcli
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
@@ -148,8 +149,10 @@ func (o *Options) UseDaemon() bool {
 }
 
 func newCallID() string {
+	// getrandom itself: crypto/rand would link (and initialise, on every call) the FIPS
+	// module and math/big for four bytes that need only be unlikely to repeat.
 	b := make([]byte, 4)
-	_, _ = rand.Read(b)
+	_, _ = unix.Getrandom(b, 0)
 	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
 }
 
