@@ -1,12 +1,15 @@
 package runcli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/agent/event"
 )
 
 // Remote hands the call to bermd, which launches it with this process's stdio, and waits for
@@ -39,11 +42,11 @@ func (o *Options) Remote() int {
 		defer term.Close()
 		stdio[0] = term.Master
 	}
-	var rep *callproto.Reply
+	var rep *callproto.RawReply
 	if o.conn != nil {
-		rep, err = o.conn.Run(&o.Request, stdio, sigs)
+		rep, err = o.conn.RunRaw(&o.Request, stdio, sigs)
 	} else {
-		rep, err = callproto.Run(o.Socket, &o.Request, stdio, sigs)
+		rep, err = callproto.RunRaw(o.Socket, &o.Request, stdio, sigs)
 	}
 	if term != nil {
 		term.Close()
@@ -52,11 +55,41 @@ func (o *Options) Remote() int {
 		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
 		return 1
 	}
-	if rep.Record == nil {
+	if len(rep.Record) == 0 || string(rep.Record) == "null" {
 		// The call did not run (a bad request, a policy that does not compile): berm's own
 		// failure, the same status as with the agent embedded.
 		fmt.Fprintf(os.Stderr, "berm: %s\n", rep.Error)
 		return 1
 	}
-	return o.Finish(rep.Record, rep.ExitStatus, rep.Warning)
+	end, err := endOf(rep.Record)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: bermd's record of the call: %v\n", err)
+		return 1
+	}
+	return o.finish(end, func() ([]byte, error) { return indentRecord(rep.Record) }, rep.ExitStatus, rep.Warning)
+}
+
+// callEnd is what berm run prints about an ended call: a few fields of its record.
+type callEnd struct {
+	CallID    string          `json:"call_id"`
+	EndReason event.EndReason `json:"end_reason"`
+	EndDetail string          `json:"end_detail"`
+	Dropped   event.Drop      `json:"dropped"`
+}
+
+// endOf reads those fields from a record as bermd sent it (callproto.RawReply).
+func endOf(record []byte) (callEnd, error) {
+	var e callEnd
+	err := json.Unmarshal(record, &e)
+	return e, err
+}
+
+// indentRecord is the record for --summary, indented as json.MarshalIndent writes a decoded
+// record: bermd encoded it with encoding/json, which indents its own compact form that way.
+func indentRecord(record []byte) ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Indent(&b, record, "", "  "); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

@@ -5,7 +5,6 @@
 package runcli
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
@@ -148,8 +149,10 @@ func (o *Options) UseDaemon() bool {
 }
 
 func newCallID() string {
+	// getrandom itself: crypto/rand would link (and initialise, on every call) the FIPS
+	// module and math/big for four bytes that need only be unlikely to repeat.
 	b := make([]byte, 4)
-	_, _ = rand.Read(b)
+	_, _ = unix.Getrandom(b, 0)
 	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
 }
 
@@ -229,6 +232,12 @@ func callEnv(envs []string, r *callproto.Request) ([]string, error) {
 // Finish prints what the caller should know about the ended call, writes --summary, and
 // returns berm run's exit status.
 func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
+	end := callEnd{CallID: r.CallID, EndReason: r.EndReason, EndDetail: r.EndDetail, Dropped: r.Dropped}
+	return o.finish(end, func() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }, status, warning)
+}
+
+// finish is Finish, from the fields it prints and the record's --summary text.
+func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, warning string) int {
 	if warning != "" {
 		fmt.Fprintf(os.Stderr, "berm: warning: %s\n", warning)
 	}
@@ -243,8 +252,11 @@ func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
 		fmt.Fprintf(os.Stderr, "berm: call %s: %d events were dropped (kernel %d, agent %d)\n", r.CallID, d.Kernel+d.User, d.Kernel, d.User)
 	}
 	if o.Summary != "" {
-		data, _ := json.MarshalIndent(r, "", "  ")
-		if err := os.WriteFile(o.Summary, append(data, '\n'), 0o644); err != nil {
+		data, err := summary()
+		if err == nil {
+			err = os.WriteFile(o.Summary, append(data, '\n'), 0o644)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "berm: write summary: %v\n", err)
 			if status == 0 {
 				return 1

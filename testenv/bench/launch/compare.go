@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 )
 
@@ -15,6 +16,9 @@ type variantRun struct {
 	bare, bwrap, berm []time.Duration
 	calls             []cliCall
 	served            *served
+	// blockRatios is each block's berm / bwrap overhead (p50s within the block): their spread
+	// says how much of a difference between builds the machine's noise could make.
+	blockRatios []float64
 }
 
 // compareWarm measures the warm launch of two builds in alternating blocks (A, B, A, B, ...),
@@ -46,6 +50,9 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 				v.calls = append(v.calls, cliCall{id, start, start.Add(t)})
 			}
 			d.stop()
+			from := len(v.bare) - per
+			bb := pct(v.bare[from:], .5)
+			v.blockRatios = append(v.blockRatios, float64(pct(v.berm[from:], .5)-bb)/float64(pct(v.bwrap[from:], .5)-bb))
 			// Every block's daemon logged into its own map: the build's is their union.
 			d.served.mu.Lock()
 			for id, t := range d.served.calls {
@@ -62,6 +69,23 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 		o, ob := pct(v.berm, .5)-b50, pct(v.bwrap, .5)-b50
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %.2f |\n", v.label, ms(b50), ms(pct(v.bwrap, .5)), ms(pct(v.berm, .5)),
 			ms(pct(v.berm, .9)), ms(o), ms(ob), float64(o)/float64(ob))
+	}
+	fmt.Println()
+	fmt.Println("| build | block ratios (berm / bwrap overhead, p50s of each block): min | median | max | blocks where it is lower than the other build's same block |")
+	fmt.Println("|---|---|---|---|---|")
+	for vi, v := range vs {
+		r := append([]float64(nil), v.blockRatios...)
+		sort.Float64s(r)
+		lower := 0
+		if len(vs) == 2 {
+			other := vs[1-vi].blockRatios
+			for b, x := range v.blockRatios {
+				if b < len(other) && x < other[b] {
+					lower++
+				}
+			}
+		}
+		fmt.Printf("| %s | %.2f | %.2f | %.2f | %d of %d |\n", v.label, r[0], r[len(r)/2], r[len(r)-1], lower, len(r))
 	}
 	fmt.Println()
 	cols := make([][]time.Duration, len(vs)) // p50 of each phase, per build
