@@ -37,8 +37,7 @@ type Server struct {
 	Dir  string
 	Port int
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testutil.Proc
 	once sync.Once
 }
 
@@ -98,22 +97,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(configYAML, iv, iv, iv, strings.Join(targets, ", "))), 0o644); err != nil {
 		return nil, fmt.Errorf("write prometheus config: %w", err)
 	}
-	logf, err := os.Create(filepath.Join(cfg.Dir, "prometheus.log"))
-	if err != nil {
+	s := &Server{Dir: cfg.Dir, Port: port}
+	cmd := exec.Command(bin, "--config.file="+conf, "--storage.tsdb.path="+filepath.Join(cfg.Dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
+	cmd.Dir = cfg.Dir
+	if s.proc, err = testutil.StartProc(cmd, filepath.Join(cfg.Dir, "prometheus.log")); err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: cfg.Dir, Port: port, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, "--config.file="+conf, "--storage.tsdb.path="+filepath.Join(cfg.Dir, "data"),
-		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
-	s.cmd.Dir = cfg.Dir
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start prometheus: %w", err)
+	client := &http.Client{Timeout: time.Second}
+	ready := func() bool {
+		resp, err := client.Get(s.URL() + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	}
-	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.proc.WaitReady(ctx, "prometheus", 100*time.Millisecond, ready, s.LogTail); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -125,38 +125,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // (CI runs as root).
 func ForTest(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	testutil.Integration(t, "a real Prometheus server")
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		testutil.RequireRoot(t, fmt.Sprintf("a real Prometheus server is needed (%v)", err))
-		t.Fatalf("start prometheus: %v", err)
-	}
-	t.Cleanup(s.Stop)
-	return s
-}
-
-func (s *Server) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
-	for {
-		if resp, err := client.Get(s.URL() + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("prometheus exited during start: %s", s.LogTail())
-		case <-ctx.Done():
-			return fmt.Errorf("prometheus not ready: %w: %s", ctx.Err(), s.LogTail())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return testutil.ServerForTest(t, "a real Prometheus server", 2*time.Minute,
+		func(ctx context.Context) (*Server, error) { return Start(ctx, cfg) }, (*Server).Stop)
 }
 
 // LogTail is the end of the server's log, for error messages.
@@ -170,15 +143,7 @@ func (s *Server) LogTail() string {
 
 // Stop stops the server (SIGTERM, SIGKILL after 10 s).
 func (s *Server) Stop() {
-	s.once.Do(func() {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
-	})
+	s.once.Do(func() { s.proc.Stop(syscall.SIGTERM, 10*time.Second) })
 }
 
 // Sample is one series of an instant query's answer.
