@@ -3,6 +3,8 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bermsec/berm/agent/event"
 )
 
 type metrics struct {
@@ -69,8 +71,13 @@ func newMetrics(reg prometheus.Registerer, ring func() float64, ringSize float64
 			Name: "berm_ringbuf_size_bytes", Help: "Size of the event ring buffer.",
 		}, func() float64 { return ringSize }),
 	)
+	// Every series exists from the start at 0: a counter first exported at a value shows no
+	// increase to rate(), so a kind's first events (or the first drops) would not show.
 	for _, k := range []string{"kernel", "user"} {
 		m.drops.WithLabelValues(k)
+	}
+	for _, k := range event.Kinds {
+		m.events.WithLabelValues(string(k))
 	}
 	return m
 }

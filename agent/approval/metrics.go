@@ -36,6 +36,11 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 		byPerson: prometheus.NewCounter(prometheus.CounterOpts{Name: "berm_approval_person_decisions_total",
 			Help: "Decisions by a person (approve or deny through the API or the prompt)."}),
 	}
+	// Every outcome's series exists from the start at 0: a counter first exported at its
+	// first deny's 1 shows no increase to rate(), so the first denials would not show.
+	for _, o := range []string{Approved, Denied, Timeout, Ended, Repeated} {
+		m.decisions.WithLabelValues(o)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -57,6 +57,11 @@ func NewPhaseMetrics(reg prometheus.Registerer) *PhaseMetrics {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 17),
 	}, []string{"phase"})
 	reg.MustRegister(h)
+	// each phase's series from the start, empty: a histogram first exported with its first
+	// call's observation shows no increase to rate(), so that call's latency would not show
+	for _, p := range []string{"connect", "prepare", "run", "reply"} {
+		h.WithLabelValues(p)
+	}
 	return &PhaseMetrics{h}
 }
 

@@ -1,6 +1,10 @@
 package dnsguard
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bermsec/berm/agent/event"
+)
 
 type metrics struct {
 	queries  *prometheus.CounterVec
@@ -26,6 +30,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.queries, m.upstream, m.pinErrs, m.dropped)
+	}
+	// Every series exists from the start at 0: a counter first exported at its first query's 1
+	// shows no increase to rate(), so a panel of the first refusals would stay flat.
+	for _, v := range []string{event.DNSAllowed, event.DNSRefused, event.DNSAuditRefused} {
+		for _, tr := range []string{"udp", "tcp"} {
+			m.queries.WithLabelValues(v, tr)
+		}
 	}
 	return m
 }

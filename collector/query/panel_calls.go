@@ -51,14 +51,8 @@ WHERE %s`, anyViolation(), p.t("calls"), p.callsWhere())}}
 	})
 
 	registerE("matrix", "tools × surfaces: each cell the worst state of the tool's calls on the surface, with violation counts (Tables.Matrix)", func(p *Params) ([]Statement, error) {
-		f := Filter{Since: p.From, Until: p.To.Add(time.Nanosecond), Tools: p.Tools, Surface: p.Surface, EndReason: p.EndReason, Text: p.Text}
-		var err error
-		if f.Tenant, err = single("tenant", p.Tenants); err != nil {
-			return nil, err
-		}
-		if f.Host, err = single("host", p.Hosts); err != nil {
-			return nil, err
-		}
+		f := Filter{Since: p.From, Until: p.To.Add(time.Nanosecond), Tools: p.Tools, Tenants: p.Tenants, Hosts: p.Hosts,
+			Surface: p.Surface, EndReason: p.EndReason, Text: p.Text}
 		if p.Complete != "" {
 			c := p.Complete == "true"
 			f.Complete = &c
@@ -161,15 +155,4 @@ func (p *Params) surfaceIs(col string) string {
 		return ""
 	}
 	return col + " = " + Quote(p.Surface)
-}
-
-// single is the one value of a list the matrix's filter takes (its tenant and host are single).
-func single(name string, vs []string) (string, error) {
-	switch len(vs) {
-	case 0:
-		return "", nil
-	case 1:
-		return vs[0], nil
-	}
-	return "", fmt.Errorf("the matrix takes one %s at a time, got %d", name, len(vs))
 }

@@ -51,3 +51,24 @@ func stripLiterals(sql string) string {
 	}
 	return b.String()
 }
+
+// TestBoundTypes: the approval and DNS types carry every value a panel sends as an argument:
+// none of it is in the SQL, even quoted, and each ? has its argument.
+func TestBoundTypes(t *testing.T) {
+	hostile := `x' OR 1=1 -- \' ?`
+	for _, d := range []Dialect{Legacy, Modern} {
+		for _, qt := range []string{"approvals", "approval_refusals", "dns", "dns_refusals", "dns_over_time", "dns_alerts"} {
+			p := Params{Database: "berm", Dialect: d, From: time.Unix(1_700_000_000, 0), To: time.Unix(1_700_003_600, 0),
+				Bucket: time.Minute, Tenants: []string{hostile}, Tools: []string{hostile}, Text: hostile, Call: hostile}
+			stmts, err := Build(qt, p)
+			if err != nil {
+				t.Fatalf("%s %s: %v", d, qt, err)
+			}
+			for _, st := range stmts {
+				if strings.Contains(st.SQL, "1=1") || strings.Count(st.SQL, "?") != len(st.Args) || len(st.Args) < 3 {
+					t.Errorf("%s %s: %d args for\n%s", d, qt, len(st.Args), st.SQL)
+				}
+			}
+		}
+	}
+}

@@ -53,6 +53,9 @@ type Filter struct {
 	Tenant       string
 	Tools        []string // any of them
 	Host         string   // the node the call ran on
+	// Tenants and Hosts: any of them (a Grafana variable with several values, or All's list);
+	// with Tenant or Host set, both must hold.
+	Tenants, Hosts []string
 	// Surface with State: calls whose record had that surface in that state (State* names, or
 	// "violated": violations attributed to it). Surface alone: calls with violations there.
 	// The matrix shows only the surface (State is not a matrix filter).
@@ -121,8 +124,14 @@ func (t Tables) filter(table string, f Filter) (*where, error) {
 	if len(f.Tools) > 0 {
 		w.add("has(?, tool)", f.Tools)
 	}
+	if len(f.Tenants) > 0 {
+		w.add("has(?, tenant)", f.Tenants)
+	}
 	if f.Host != "" {
 		w.add("node = ?", f.Host)
+	}
+	if len(f.Hosts) > 0 {
+		w.add("has(?, node)", f.Hosts)
 	}
 	if f.EndReason != "" {
 		w.add("end_reason = ?", f.EndReason)

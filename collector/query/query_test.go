@@ -21,6 +21,7 @@ func TestFiltersAreArguments(t *testing.T) {
 		{"tenant", Filter{Tenant: hostile}, []string{"tenant = ?"}, []any{hostile}},
 		{"tools", Filter{Tools: []string{"a", hostile}}, []string{"has(?, tool)"}, []any{[]string{"a", hostile}}},
 		{"host", Filter{Host: hostile}, []string{"node = ?"}, []any{hostile}},
+		{"hosts, tenants", Filter{Hosts: []string{"a", hostile}, Tenants: []string{"t", hostile}}, []string{"has(?, tenant) AND has(?, node)"}, []any{[]string{"t", hostile}, []string{"a", hostile}}},
 		{"end reason", Filter{EndReason: hostile}, []string{"end_reason = ?"}, []any{hostile}},
 		{"complete", Filter{Complete: &yes}, []string{"complete = ?"}, []any{uint8(1)}},
 		{"surface violated", Filter{Surface: hostile}, []string{"arrayExists((s, v) -> s = ? AND v > 0, surfaces, surface_violations)"}, []any{hostile}},

@@ -51,8 +51,7 @@ type Server struct {
 	binary string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testutil.Proc // nil when stopped
 }
 
 // Addr is host:port of the native protocol.
@@ -184,20 +183,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // the reason (tests that need the real server must not pass silently in CI, which runs as root).
 func ForTest(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	testutil.Integration(t, "a real clickhouse-server")
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		// root can install the server (Binary does), so only a test that is not root may skip
-		testutil.RequireRoot(t, fmt.Sprintf("a real clickhouse-server is needed (%v) and installing it", err))
-		t.Fatalf("start clickhouse-server: %v", err)
-	}
-	t.Cleanup(func() { s.Stop() })
-	return s
+	// root can install the server (Binary does), so only a test that is not root may skip
+	return testutil.ServerForTest(t, "a real clickhouse-server", 60*time.Second,
+		func(ctx context.Context) (*Server, error) { return Start(ctx, cfg) }, (*Server).Stop)
 }
 
 var configTmpl = template.Must(template.New("config").Parse(`<?xml version="1.0"?>
@@ -302,64 +293,43 @@ func (s *Server) configPath() string { return filepath.Join(s.Dir, "config.xml")
 // Start starts the (stopped) server on its data and ports and waits until it answers.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
-	if s.cmd != nil {
+	if s.proc != nil {
 		s.mu.Unlock()
 		return errors.New("clickhouse-server already running")
 	}
-	out, err := os.OpenFile(filepath.Join(s.Dir, "log", "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("open clickhouse stdout log: %w", err)
-	}
 	cmd := exec.Command(s.binary, "--config-file="+s.configPath())
 	cmd.Dir = s.Dir
-	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group, so that a test killed by Ctrl-C does not leave it behind
-	// half-dead, and Pdeathsig so that a crashed test binary does not leave it running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		out.Close()
+	proc, err := testutil.StartProc(cmd, filepath.Join(s.Dir, "log", "stdout.log"))
+	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("start clickhouse-server: %w", err)
+		return err
 	}
-	done := make(chan struct{})
-	s.cmd, s.done = cmd, done
+	s.proc = proc
 	s.mu.Unlock()
-	go func() {
-		cmd.Wait()
-		out.Close()
-		close(done)
-	}()
-	if err := s.waitReady(ctx, done); err != nil {
+	url := fmt.Sprintf("http://127.0.0.1:%d/ping", s.HTTPPort)
+	client := &http.Client{Timeout: time.Second}
+	ready := func() bool {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		// The HTTP and native listeners come up together; check the one we use.
+		c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}
+	if err := proc.WaitReady(ctx, "clickhouse-server on "+s.Addr(), 50*time.Millisecond, ready, s.logTail); err != nil {
 		s.Kill()
 		return err
 	}
 	return nil
-}
-
-func (s *Server) waitReady(ctx context.Context, done <-chan struct{}) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/ping", s.HTTPPort)
-	client := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				// The HTTP and native listeners come up together; check the one we use.
-				if c, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
-					c.Close()
-					return nil
-				}
-			}
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("clickhouse-server exited during start: %s", s.logTail())
-		case <-ctx.Done():
-			return fmt.Errorf("clickhouse-server on %s not ready: %w: %s", s.Addr(), ctx.Err(), s.logTail())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 func (s *Server) logTail() string {
@@ -377,7 +347,7 @@ func (s *Server) logTail() string {
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cmd != nil
+	return s.proc != nil
 }
 
 // Kill sends SIGKILL and waits for the process to go.
@@ -388,22 +358,12 @@ func (s *Server) Stop() { s.signal(syscall.SIGTERM, 10*time.Second) }
 
 func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
+	proc := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return
+	if proc != nil {
+		proc.Stop(sig, grace)
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-	if grace > 0 {
-		select {
-		case <-done:
-			return
-		case <-time.After(grace):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-	}
-	<-done
 }
 
 // Restart starts a stopped or killed server again on the same data and ports.

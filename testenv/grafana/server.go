@@ -39,8 +39,7 @@ type Server struct {
 	User     string
 	Password string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testutil.Proc
 	once sync.Once
 }
 
@@ -86,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: cfg.Dir, Port: port, User: "admin", Password: fmt.Sprintf("berm-%d", time.Now().UnixNano()), done: make(chan struct{})}
+	s := &Server{Dir: cfg.Dir, Port: port, User: "admin", Password: fmt.Sprintf("berm-%d", time.Now().UnixNano())}
 	for _, d := range []string{"data", "logs"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
 			return nil, err
@@ -98,21 +97,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
-	out, err := os.Create(filepath.Join(cfg.Dir, "logs", "stdout.log"))
-	if err != nil {
+	cmd := exec.Command(filepath.Join(home, "bin", "grafana"), "server", "--homepath", home, "--config", ini)
+	cmd.Dir = cfg.Dir
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	// its own process group: its plugins are its children
+	if s.proc, err = testutil.StartProc(cmd, filepath.Join(cfg.Dir, "logs", "stdout.log")); err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(filepath.Join(home, "bin", "grafana"), "server", "--homepath", home, "--config", ini)
-	s.cmd.Dir = cfg.Dir
-	s.cmd.Env = append(os.Environ(), cfg.Env...)
-	s.cmd.Stdout, s.cmd.Stderr = out, out
-	// its own process group (its plugins are its children), killed with the test binary
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("start grafana: %w", err)
-	}
-	go func() { s.cmd.Wait(); out.Close(); close(s.done) }()
 	if err := s.waitHealthy(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -125,40 +116,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // root).
 func ForTest(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	testutil.Integration(t, "a real Grafana server")
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		testutil.RequireRoot(t, fmt.Sprintf("a real Grafana server is needed (%v)", err))
-		t.Fatalf("start grafana: %v", err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	// 40 minutes: the first use builds Grafana
+	return testutil.ServerForTest(t, "a real Grafana server", 40*time.Minute,
+		func(ctx context.Context) (*Server, error) { return Start(ctx, cfg) }, (*Server).Stop)
 }
 
 func (s *Server) waitHealthy(ctx context.Context) error {
-	deadline := time.After(3 * time.Minute)
-	for {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	return s.proc.WaitReady(ctx, "grafana", 200*time.Millisecond, func() bool {
 		var h struct {
 			Database string `json:"database"`
 		}
-		if err := s.Get("/api/health", &h); err == nil && h.Database == "ok" {
-			return nil
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("grafana exited during start: %s", s.LogTail())
-		case <-ctx.Done():
-			return fmt.Errorf("grafana not healthy: %w: %s", ctx.Err(), s.LogTail())
-		case <-deadline:
-			return fmt.Errorf("grafana not healthy after 3 minutes: %s", s.LogTail())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return s.Get("/api/health", &h) == nil && h.Database == "ok"
+	}, s.LogTail)
 }
 
 // LogTail is the end of Grafana's log, for error messages.
@@ -177,15 +151,8 @@ func (s *Server) LogTail() string {
 // Stop stops the server (SIGTERM, SIGKILL after 10 s) and its plugins.
 func (s *Server) Stop() {
 	s.once.Do(func() {
-		if s.cmd == nil || s.cmd.Process == nil {
-			return
-		}
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
+		if s.proc != nil {
+			s.proc.Stop(syscall.SIGTERM, 10*time.Second)
 		}
 	})
 }

@@ -30,7 +30,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Get("/api/org", nil); !errors.As(err, &se) || se.Code != http.StatusUnauthorized {
 		t.Errorf("a wrong password: %v", err)
 	}
-	pid := s.cmd.Process.Pid
+	pid := s.proc.Cmd.Process.Pid
 	s.Stop()
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("grafana (pid %d) still there after Stop: %v", pid, err)

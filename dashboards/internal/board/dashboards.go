@@ -105,6 +105,20 @@ func Escape() *Dashboard {
 			override("byName", "call_id", prop("links", []any{callLink("call_key")})),
 			override("byName", "call_key", prop("custom.hidden", true)),
 		}}, obj{"showHeader": true})
+	linked := obj{"defaults": obj{}, "overrides": []any{
+		override("byName", "call_id", prop("links", []any{callLink("call_key")})),
+		override("byName", "call_key", prop("custom.hidden", true)),
+	}}
+	d.add("table", "Egress: DNS queries", "Every query of the calls to berm's resolver (all of a networked call's port-53 traffic): name, type, answers (pinned for the call), rcode, verdict.", 16, 9,
+		[]obj{berm("dns", scope(obj{"limit": 500}))}, linked, obj{"showHeader": true})
+	d.add("timeseries", "Egress: DNS queries by verdict", "Queries per step: allowed (answered, addresses pinned), refused, audit-refused.", 8, 9,
+		[]obj{berm("dns_over_time", scope(nil))}, series, nil)
+	d.add("timeseries", "Approval refusals", "Actions held for approval and refused per step: denied by a person, no answer in time (timeout), repeated after a deny (repeat).", 8, 9,
+		[]obj{berm("approval_refusals", scope(nil))}, series, nil)
+	d.add("table", "DNS refusals", "Names the resolver refused (not allowed by the call's policy), and audit-mode would-be refusals.", 8, 9,
+		[]obj{berm("dns_refusals", scope(obj{"limit": 200}))}, linked, obj{"showHeader": true})
+	d.add("table", "DNS tunnelling alerts", "Alerts of the DNS rules: long labels, high-entropy names, many subdomains of one parent, a connect to an address the call never resolved.", 8, 9,
+		[]obj{berm("dns_alerts", scope(obj{"limit": 200}))}, linked, obj{"showHeader": true})
 	return d
 }
 
@@ -138,6 +152,10 @@ func Call() *Dashboard {
 	d.add("table", "Network", "Each connection the tool made.", 12, 9, []obj{berm("call_network", one(nil))}, nil, obj{"showHeader": true})
 	d.add("table", "Denials", "What the sandbox refused, by which layer and rule.", 12, 9, []obj{berm("call_denials", one(nil))}, nil, obj{"showHeader": true})
 	d.add("table", "Alerts", "What the detection rules found in this call.", 12, 9, []obj{berm("alerts", one(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "Approvals", "Actions held for a person's decision: the request, then its outcome (approved, denied, timeout, ended, repeat, covered), by whom, through which channel, after how long.", 12, 9,
+		[]obj{berm("approvals", one(nil))}, nil, obj{"showHeader": true})
+	d.add("table", "DNS queries", "The call's queries to berm's resolver: name, type, answers (pinned for the call), rcode and verdict.", 12, 9,
+		[]obj{berm("dns", one(nil))}, nil, obj{"showHeader": true})
 	return d
 }
 
@@ -173,6 +191,16 @@ func Agent() *Dashboard {
 	d.add("timeseries", "Collector backlog", "Journal bytes not yet in ClickHouse, and the age of the oldest unshipped event.", 8, 8,
 		[]obj{prom("max by (instance) (berm_collector_backlog_bytes"+sel+")", "bytes {{instance}}"),
 			prom("max by (instance) (berm_collector_oldest_unshipped_event_age_seconds"+sel+")", "oldest s {{instance}}")}, line, nil)
+	d.add("timeseries", "Approvals pending", "Actions held in the kernel now, waiting for a person's decision (berm_approvals_pending).", 8, 8,
+		[]obj{prom("sum by (instance) (berm_approvals_pending"+sel+")", "pending {{instance}}")}, line, nil)
+	d.add("timeseries", "Approval decisions by outcome", "Approval requests ended per second, by outcome.", 8, 8,
+		[]obj{prom(rate("berm_approval_decisions_total", "outcome"), "{{outcome}}")}, unit("ops"), nil)
+	d.add("timeseries", "Approval decision latency", "How long a person took to decide (p50, p99), and the share of decisions made in under 2 s: a high share is a rubber-stamp signal.", 8, 8,
+		[]obj{prom("histogram_quantile(0.5, sum by (le) (rate(berm_approval_decision_seconds_bucket"+sel+"[$__rate_interval])))", "p50"),
+			prom("histogram_quantile(0.99, sum by (le) (rate(berm_approval_decision_seconds_bucket"+sel+"[$__rate_interval])))", "p99"),
+			prom("max by (instance) (berm_approval_quick_share"+sel+")", "under 2 s {{instance}}")}, line, nil)
+	d.add("timeseries", "DNS queries by verdict", "Queries of the calls to berm's resolver per second: allowed, refused, audit-refused.", 8, 8,
+		[]obj{prom(rate("berm_dns_queries_total", "verdict"), "{{verdict}}")}, unit("ops"), nil)
 	d.add("table", "Ingest lag per host", "The newest call record of each host in ClickHouse and how old it is.", 8, 8,
 		[]obj{berm("ingest_lag", scope(nil))}, nil, obj{"showHeader": true})
 	d.add("table", "Backlog: calls without a record", "Calls started whose record is not in ClickHouse: running, or not shipped yet.", 8, 8,

@@ -10,8 +10,9 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
 
   // The query types the backend serves (collector/query; a Go test checks this list).
   var QUERY_TYPES = [
-    'alerts', 'alerts_over_time', 'backlog', 'call_denials', 'call_files', 'call_network',
-    'call_summary', 'calls', 'completeness', 'drops', 'egress_denials', 'escape_syscalls',
+    'alerts', 'alerts_over_time', 'approval_refusals', 'approvals', 'backlog', 'call_denials',
+    'call_files', 'call_network', 'call_summary', 'calls', 'completeness', 'dns', 'dns_alerts',
+    'dns_over_time', 'dns_refusals', 'drops', 'egress_denials', 'escape_syscalls',
     'first_seen', 'ingest_lag', 'matrix', 'process_tree', 'stats', 'timeline', 'top_rules',
     'top_tools', 'values', 'violations_over_time'
   ];
