@@ -10,7 +10,7 @@ func init() {
 			{Name: "summary", Shape: Summary, SQL: fmt.Sprintf(`SELECT tenant, tool, call_id, call_key, start_time AS start, end_time AS end,
     round(duration_ns / 1e6, 3) AS duration_ms, end_reason, end_detail, exit_status, complete, incomplete_reason,
     node AS host, policy, arrayStringConcat(argv, ' ') AS command, arrayStringConcat(layers, ', ') AS active_layers,
-    events, alerts, dropped_kernel, dropped_user, syscall_total
+    events, alerts, dropped_kernel, dropped_user, dropped_dns, syscall_total
 FROM %s
 WHERE %s
 LIMIT 1`, p.t("calls"), p.callWhere())},

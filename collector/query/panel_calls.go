@@ -33,7 +33,7 @@ func init() {
 	register("calls", "calls in the range: filters tenant, tool, host, surface (violated), end reason, complete, free text", func(p *Params) []Statement {
 		return []Statement{{Name: "calls", Shape: Table, SQL: fmt.Sprintf(`SELECT start_time AS time, tenant, tool, call_id, call_key, end_reason,
     exit_status, round(duration_ns / 1e6, 3) AS duration_ms, complete, incomplete_reason,
-    arraySum(denial_counts) AS denials, alerts, dropped_kernel + dropped_user AS dropped, node AS host,
+    arraySum(denial_counts) AS denials, alerts, dropped_kernel + dropped_user + dropped_dns AS dropped, node AS host,
     arrayStringConcat(argv, ' ') AS command
 FROM %s
 WHERE %s
@@ -45,7 +45,7 @@ LIMIT %d`, p.t("calls"), p.callsWhere(), p.Limit)}}
 		return []Statement{{Name: "stats", Shape: Table, SQL: fmt.Sprintf(`SELECT count() AS calls,
     countIf(%s) AS calls_with_violations,
     countIf(complete = 0) AS incomplete,
-    sum(dropped_kernel + dropped_user) AS dropped_events
+    sum(dropped_kernel + dropped_user + dropped_dns) AS dropped_events
 FROM %s
 WHERE %s`, anyViolation(), p.t("calls"), p.callsWhere())}}
 	})
@@ -99,8 +99,8 @@ LIMIT %d`,
 			p.t("events"), and(p.between("time"), p.scope(""), "kind = 'limit'", p.surfaceIs("'resource'")), p.Limit)}}
 	})
 
-	register("drops", "dropped events (ring buffer, agent queue) and incomplete records per step", func(p *Params) []Statement {
-		return []Statement{{Name: "drops", Shape: Series, SQL: fmt.Sprintf(`SELECT %s AS time, sum(dropped_kernel) AS dropped_kernel, sum(dropped_user) AS dropped_user,
+	register("drops", "dropped events (ring buffer, agent queue), dropped DNS queries and incomplete records per step", func(p *Params) []Statement {
+		return []Statement{{Name: "drops", Shape: Series, SQL: fmt.Sprintf(`SELECT %s AS time, sum(dropped_kernel) AS dropped_kernel, sum(dropped_user) AS dropped_user, sum(dropped_dns) AS dropped_dns,
     countIf(complete = 0) AS incomplete, count() AS calls
 FROM %s
 WHERE %s
@@ -110,7 +110,7 @@ ORDER BY time`, p.bucket("start_time"), p.t("calls"), p.callsWhere())}}
 
 	register("completeness", "per host: calls, incomplete records, dropped and aggregated events", func(p *Params) []Statement {
 		return []Statement{{Name: "completeness", Shape: Table, SQL: fmt.Sprintf(`SELECT node AS host, count() AS calls, countIf(complete = 0) AS incomplete,
-    sum(dropped_kernel) AS dropped_kernel, sum(dropped_user) AS dropped_user, sum(aggregated) AS aggregated,
+    sum(dropped_kernel) AS dropped_kernel, sum(dropped_user) AS dropped_user, sum(dropped_dns) AS dropped_dns, sum(aggregated) AS aggregated,
     round(100 * countIf(complete = 1) / count(), 2) AS complete_percent
 FROM %s
 WHERE %s

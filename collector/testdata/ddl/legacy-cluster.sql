@@ -214,7 +214,7 @@ ALTER TABLE berm.events ADD COLUMN dns_type String;
 
 ALTER TABLE berm.events ADD COLUMN dns_verdict String;
 
--- migration 0011 add_dropped_dns
+-- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls_local ADD COLUMN dropped_dns UInt64;
 

@@ -162,6 +162,6 @@ ALTER TABLE berm.events ADD COLUMN dns_type String;
 
 ALTER TABLE berm.events ADD COLUMN dns_verdict String;
 
--- migration 0011 add_dropped_dns
+-- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;

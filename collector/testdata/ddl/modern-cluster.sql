@@ -213,7 +213,7 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_type LowCar
 
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
 
--- migration 0011 add_dropped_dns
+-- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
 

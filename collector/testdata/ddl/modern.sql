@@ -161,6 +161,6 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_type LowCardinality(String)
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(String);
 
--- migration 0011 add_dropped_dns
+-- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS dropped_dns UInt64;

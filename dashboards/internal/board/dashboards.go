@@ -47,7 +47,7 @@ func Matrix() *Dashboard {
 	stat(d, "Calls", "Calls that ended in the range.", "calls", "blue")
 	stat(d, "Calls with violations", "Calls with a denial, an alert or a limit hit.", "calls_with_violations", "red")
 	stat(d, "Incomplete records", "Calls whose trail misses events (complete = false).", "incomplete", "orange")
-	stat(d, "Dropped events", "Events lost in the ring buffer or the agent's queue, counted per call.", "dropped_events", "orange")
+	stat(d, "Dropped events", "Events lost in the ring buffer or the agent's queue, and DNS queries the kernel dropped at the call's resolver, counted per call.", "dropped_events", "orange")
 	var overrides []any
 	for _, s := range event.Surfaces {
 		overrides = append(overrides, override("byName", s,
