@@ -6,4 +6,5 @@ const (
 	BermArgsMax = 8192 // BERM_ARGS_MAX: argv bytes an exec record carries
 	// BERM_EXE_PATH_MAX: bytes of the executed file's kernel path an exec record carries
 	BermExePathMax = 1024
+	BermXgArgvMax  = 4096 // BERM_XG_ARGV_MAX: argv bytes an exec approval holds
 )

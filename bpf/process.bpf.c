@@ -13,6 +13,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "lib/record.h"
+#include "lib/execgate.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -28,6 +29,7 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	struct berm_call_cfg *cfg = berm_call_of(cgid);
 	if (!cfg)
 		return 0;
+	berm_exec_gate(cfg, cgid, p, old_pid, bprm);
 
 	struct berm_rec *r = berm_rec_get();
 	if (!r)

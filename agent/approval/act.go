@@ -133,6 +133,8 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		pa, o.action, length = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1]
 	case "connect":
 		return s.prepareConnect(o, mem, pidfd, root, umask)
+	case "execve", "execveat":
+		return s.prepareExec(o, mem, proc, pidfd, root, umask)
 	default:
 		return unix.ENOSYS
 	}

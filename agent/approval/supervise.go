@@ -39,6 +39,8 @@ type SupervisorConfig struct {
 	// from inside the call's cgroup (the sandbox init does it), so the bpf-cgroup-sock egress
 	// layer judges the connect as the call's. Required when the rules hold connects.
 	ConnectInet func(sock int, addr []byte) unix.Errno
+	// Exec is the call's exec gate in the kernel. Required when the rules hold execs.
+	Exec ExecGate
 	// Done is called at End, once no handler runs any more.
 	Done func()
 }
@@ -66,6 +68,9 @@ type Supervisor struct {
 	// retry storm, denied at once.
 	denied map[string]bool
 	reason string // why the call ended, for requests it abandons
+	// execIDs are the exec rules' programs in the call's root, gated in the kernel (exec.go);
+	// nil until the first exec is held.
+	execIDs map[*policy.ApprovalRule]fileID
 }
 
 // MaxInFlight bounds the held syscalls one call's supervisor handles at once.
@@ -75,6 +80,9 @@ const MaxInFlight = 32
 func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 	if cfg.Listener == nil || cfg.Broker == nil || cfg.Rules == nil || cfg.Emit == nil {
 		return nil, errors.New("approval supervisor: listener, broker, rules and emit are required")
+	}
+	if cfg.Rules.Has(policy.ApproveExec) && cfg.Exec == nil {
+		return nil, errors.New("approval supervisor: exec rules need the kernel's exec gate")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -210,6 +218,12 @@ func (s *Supervisor) reply(o *op, val int64, errno unix.Errno) {
 	if val == fdInstalled {
 		return // answered by ADDFD
 	}
+	if val == execContinue {
+		if err := answerContinue(s.fd, o.n.ID); err != nil && err != unix.ENOENT {
+			s.cfg.Log.Warn("approval answer", "call", s.cfg.Call.CallID, "syscall", o.name, "err", err)
+		}
+		return
+	}
 	if err := answer(s.fd, o.n.ID, val, errno); err != nil && err != unix.ENOENT {
 		s.cfg.Log.Warn("approval answer", "call", s.cfg.Call.CallID, "syscall", o.name, "err", err)
 	}
@@ -286,6 +300,9 @@ func (s *Supervisor) gated(o *op) {
 		s.denied[key] = true
 		s.mu.Unlock()
 	}
+	if o.action == policy.ApproveExec {
+		_ = s.cfg.Exec.Revoke(o.n.PID)
+	}
 	s.emit(o, &a)
 	s.emitDenial(o)
 	s.reply(o, 0, unix.EPERM)
@@ -316,7 +333,7 @@ func result(v int64, e unix.Errno) int64 {
 	if e != 0 {
 		return -int64(e)
 	}
-	if v == fdInstalled {
+	if v == fdInstalled || v == execContinue {
 		return 0
 	}
 	return v

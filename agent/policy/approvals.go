@@ -113,12 +113,9 @@ func (d *decoder) approvalMatch(n *yaml.Node, field string, r *ApprovalRule) {
 					d.fail(n, f, "expected an absolute program path like /usr/bin/psql, got %s", describe(n))
 					return
 				}
-				r.Path = p
-				// The supervisor cannot perform an exec for the tool, and letting the held
-				// execve continue lets the kernel copy a path and argv that another thread (or
-				// a vfork parent) may have rewritten since they were approved. Refused until
-				// the kernel layer re-checks an approved exec (see approvals_compile.go).
-				d.fail(n, f, "exec approvals are not supported yet: an approved exec cannot yet be held to the arguments that were approved; expected unlink, rename, write or connect")
+				// Held by file identity in the call's root; the kernel's exec hook holds an
+				// approved exec to the file and argv approved (agent/approval/exec.go).
+				r.Path = path.Clean(p)
 			}
 		},
 		"argv": func(n *yaml.Node, f string) {

@@ -85,6 +85,11 @@ func (p *Policy) compileApprovals(c *Compiled, env CompileEnv) Errors {
 	if ca.Has(ApproveConnect) {
 		gate("connect")
 	}
+	if ca.Has(ApproveExec) {
+		// The filter cannot read the path: every exec is held, briefly for one no rule gates
+		// (the supervisor reads it and lets it continue; the exec hook re-checks it).
+		gate("execve", "execveat")
+	}
 	f := seccomp.Filter{Default: seccomp.Allow, BadArch: seccomp.KillProcess}
 	for name, arg := range notify {
 		nr, _ := event.SyscallNumber(name)
@@ -154,6 +159,8 @@ func (a *CompiledApprovals) Refused(ev *event.Event) bool {
 			return a.Has(ApproveWrite)
 		case "connect":
 			return a.Has(ApproveConnect)
+		case "execve", "execveat":
+			return a.Has(ApproveExec)
 		}
 	case ev.Connect != nil:
 		return a.Has(ApproveConnect) && ev.Connect.Result == eperm
