@@ -280,6 +280,55 @@ func TestApprovalRepeatDeniedAtOnce(t *testing.T) {
 	}
 }
 
+// "Just denied" is a window (spec.approvals.retryWindow): a repeat inside it is denied at
+// once; past it the same action reaches a person again.
+func TestApprovalRepeatWindow(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws, _ := reportsWorkspace(t)
+	pol := filepath.Join(t.TempDir(), "window.yaml")
+	os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: approvals-window}
+spec:
+  approvals:
+    timeout: 60s
+    retryWindow: 2s
+    rules:
+      - name: delete-reports
+        match: {unlink: "${WORKSPACE}/reports/**"}
+`), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "window", "--workspace", ws, "--policy", pol, "--",
+		"sh", "-c", "rm -f reports/a; rm -f reports/a; sleep 3; rm -f reports/a; echo done")
+	for i := 0; i < 2; i++ {
+		p, ok := a.pending(t, "window", done)
+		if !ok {
+			t.Fatalf("the call ended before request %d", i+1)
+		}
+		if err := a.client.Decide(p[0].ID, false, "tester", "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-done
+	if !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "reports/a")); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, e := range approvalEvents(bermbin.Timeline(t, state, "window").Events) {
+		outcomes = append(outcomes, e.Outcome)
+		if e.Outcome == approval.Repeated && !strings.Contains(e.Reason, "retry window 2s") {
+			t.Errorf("repeat's reason: %q", e.Reason)
+		}
+	}
+	if strings.Join(outcomes, ",") != "requested,denied,repeat,requested,denied" {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+}
+
 // A call killed by its wall-time cap while its request waits: the request ends with the call
 // (outcome ended, saying why), nothing is deleted, the call's end reason is the cap, and the
 // request is no longer pending.

@@ -64,9 +64,9 @@ type Supervisor struct {
 	mu sync.Mutex
 	// covered is what is left of each rule's last approval (ApprovalRule.Count actions).
 	covered map[string]int64
-	// denied are the actions denied in this call, by action and object: asking again is a
-	// retry storm, denied at once.
-	denied map[string]bool
+	// denied are the actions denied in this call, by action and object, with when: asking
+	// again within the rules' RetryWindow is a retry storm, denied at once.
+	denied map[string]time.Time
 	reason string // why the call ended, for requests it abandons
 	// execIDs are the exec rules' programs in the call's root, gated in the kernel (exec.go);
 	// nil until the first exec is held.
@@ -92,7 +92,7 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 		return nil, err
 	}
 	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}), slots: make(chan struct{}, MaxInFlight),
-		covered: map[string]int64{}, denied: map[string]bool{}}
+		covered: map[string]int64{}, denied: map[string]time.Time{}}
 	s.loop.Add(1)
 	go s.run()
 	return s, nil
@@ -235,7 +235,8 @@ func (s *Supervisor) gated(o *op) {
 	key := o.action + "\x00" + o.object
 	base := event.Approval{Action: o.action, Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers}
 	s.mu.Lock()
-	repeat := s.denied[key]
+	at, repeat := s.denied[key]
+	repeat = repeat && time.Since(at) < s.cfg.Rules.RetryWindow
 	covered := !repeat && s.covered[r.Name] > 0
 	if covered {
 		s.covered[r.Name]--
@@ -245,7 +246,8 @@ func (s *Supervisor) gated(o *op) {
 	case repeat:
 		s.cfg.Broker.Repeat()
 		a := base
-		a.Outcome, a.Channel, a.Reason, a.Result = Repeated, ChannelBroker, "asked again after a deny", -int64(unix.EPERM)
+		a.Outcome, a.Channel, a.Result = Repeated, ChannelBroker, -int64(unix.EPERM)
+		a.Reason = fmt.Sprintf("asked again %s after its deny (retry window %s)", time.Since(at).Round(time.Millisecond), s.cfg.Rules.RetryWindow)
 		s.emit(o, &a)
 		s.emitDenial(o)
 		s.emitEvent(o, event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "approval-retry", Title: "A denied action was attempted again",
@@ -297,7 +299,7 @@ func (s *Supervisor) gated(o *op) {
 	a.Result = -int64(unix.EPERM)
 	if d.Outcome == Denied || d.Outcome == Timeout {
 		s.mu.Lock()
-		s.denied[key] = true
+		s.denied[key] = time.Now()
 		s.mu.Unlock()
 	}
 	if o.action == policy.ApproveExec {

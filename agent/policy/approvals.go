@@ -18,7 +18,11 @@ import (
 type Approvals struct {
 	// Timeout is how long a request waits for a person: no answer is a deny.
 	Timeout time.Duration
-	Rules   []ApprovalRule
+	// RetryWindow is how long after a deny (or a timeout) the call asking again for the same
+	// action is denied at once, with an alert, instead of asking a person again: a retry
+	// storm. Past it, the action is asked about anew.
+	RetryWindow time.Duration
+	Rules       []ApprovalRule
 }
 
 // Approval actions: what a rule's match names.
@@ -35,6 +39,10 @@ var ApprovalActions = []string{ApproveUnlink, ApproveRename, ApproveWrite, Appro
 
 // DefaultApprovalTimeout applies when spec.approvals gives none.
 const DefaultApprovalTimeout = 60 * time.Second
+
+// DefaultRetryWindow applies when spec.approvals gives no retryWindow: long enough to cover
+// a tool's retry loop, short enough that a later, deliberate attempt reaches a person.
+const DefaultRetryWindow = 30 * time.Second
 
 // ApprovalRule is one spec.approvals.rules entry.
 type ApprovalRule struct {
@@ -58,8 +66,10 @@ type ApprovalRule struct {
 
 func (d *decoder) approvals(n *yaml.Node, field string, a *Approvals) {
 	a.Timeout = DefaultApprovalTimeout
+	a.RetryWindow = DefaultRetryWindow
 	d.mapping(n, field, fields{
-		"timeout": func(n *yaml.Node, f string) { d.duration(n, f, &a.Timeout) },
+		"timeout":     func(n *yaml.Node, f string) { d.duration(n, f, &a.Timeout) },
+		"retryWindow": func(n *yaml.Node, f string) { d.duration(n, f, &a.RetryWindow) },
 		"rules":   func(n *yaml.Node, f string) { list(d, n, f, &a.Rules, d.approvalRule) },
 	}, "rules")
 	seen := map[string]bool{}

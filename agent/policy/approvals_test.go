@@ -15,6 +15,7 @@ func TestParseApprovals(t *testing.T) {
 	p, err := Parse("p.yaml", []byte(header+`spec:
   approvals:
     timeout: 90s
+    retryWindow: 5m
     rules:
       - name: delete-reports
         match: {unlink: "${WORKSPACE}/reports/**"}
@@ -34,7 +35,7 @@ func TestParseApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := p.Spec.Approvals
-	if a.Timeout != 90*time.Second || len(a.Rules) != 5 {
+	if a.Timeout != 90*time.Second || a.RetryWindow != 5*time.Minute || len(a.Rules) != 5 {
 		t.Fatalf("%+v", a)
 	}
 	want := []ApprovalRule{
@@ -52,7 +53,7 @@ func TestParseApprovals(t *testing.T) {
 	}
 	// Left out: no rules, the default timeout when a section is given without one.
 	p, err = Parse("p.yaml", []byte(header+"spec:\n  approvals:\n    rules: []\n"))
-	if err != nil || p.Spec.Approvals.Timeout != DefaultApprovalTimeout {
+	if err != nil || p.Spec.Approvals.Timeout != DefaultApprovalTimeout || p.Spec.Approvals.RetryWindow != DefaultRetryWindow {
 		t.Fatalf("%v %+v", err, p)
 	}
 }
