@@ -106,7 +106,7 @@ spec:
     rules:
       - name: delete-reports
         match: {unlink: "${WORKSPACE}/reports/**"}
-        approvers: [reports-owner]
+        approvers: [tester]
 `
 
 func writeApprovalPolicy(t *testing.T, wall, timeout string) string {
@@ -222,7 +222,7 @@ func TestApprovalRmRfHeld(t *testing.T) {
 					if tc.decide == "" && (e.Channel != approval.ChannelBroker || e.By != "") {
 						t.Errorf("timeout event: %+v", e)
 					}
-					if e.Rule != "delete-reports" || len(e.Approvers) != 1 || e.Approvers[0] != "reports-owner" {
+					if e.Rule != "delete-reports" || len(e.Approvers) != 1 || e.Approvers[0] != "tester" {
 						t.Errorf("decision event's rule: %+v", e)
 					}
 				}

@@ -265,6 +265,11 @@ func (s *Supervisor) gated(o *op) {
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
 		Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID}
+	req.OnRefused = func(d Decision) {
+		a := base
+		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)
+		s.emit(o, &a)
+	}
 	abandon := make(chan struct{})
 	stopWatch := make(chan struct{})
 	go s.watch(o.n.ID, abandon, stopWatch)

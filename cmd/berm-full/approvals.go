@@ -38,7 +38,11 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	if term != nil {
 		prompt = ttyPrompt{term}
 	}
-	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt}); err != nil {
+	who, err := approval.LoadApprovers(envOr("BERM_APPROVERS", approval.DefaultApproversFile))
+	if err != nil {
+		return nil, stop, err
+	}
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who}); err != nil {
 		return nil, stop, err
 	}
 	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
@@ -98,9 +102,11 @@ func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
 		return nil, err
 	}
 	tok, err := approval.ReadToken(*tokenFile)
-	if err != nil {
+	if err != nil && os.Getuid() == 0 {
 		return nil, err
 	}
+	// Not root: no token; the API knows the caller by its unix user (an approver's, in the
+	// approvers file, or refused).
 	return &approval.Client{Dir: *dir, Token: tok}, nil
 }
 
@@ -143,7 +149,7 @@ func cmdDecide(args []string, approve bool) int {
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	reason := fs.String("reason", "", "why (recorded in the trail)")
-	by := fs.String("by", "", "who decides (default: the user running berm)")
+	by := fs.String("by", "", "who decides (root only; default: the user running berm; others are who they are)")
 	// The id may come before or after the flags.
 	var id string
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
@@ -163,7 +169,7 @@ func cmdDecide(args []string, approve bool) int {
 		return fail("usage: berm %s ID [--reason TEXT]", name)
 	}
 	who := *by
-	if who == "" {
+	if who == "" && os.Getuid() == 0 {
 		who = whoAmI()
 	}
 	if err := c.Decide(id, approve, who, *reason); err != nil {
