@@ -70,7 +70,7 @@ func (d *decoder) approvals(n *yaml.Node, field string, a *Approvals) {
 	d.mapping(n, field, fields{
 		"timeout":     func(n *yaml.Node, f string) { d.duration(n, f, &a.Timeout) },
 		"retryWindow": func(n *yaml.Node, f string) { d.duration(n, f, &a.RetryWindow) },
-		"rules":   func(n *yaml.Node, f string) { list(d, n, f, &a.Rules, d.approvalRule) },
+		"rules":       func(n *yaml.Node, f string) { list(d, n, f, &a.Rules, d.approvalRule) },
 	}, "rules")
 	seen := map[string]bool{}
 	for i, r := range a.Rules {

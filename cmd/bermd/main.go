@@ -70,7 +70,7 @@ type options struct {
 	pprof                                bool
 
 	approvalsDir, approvalsToken, webhookURL, webhookSecret, approvers string
-	dnsUpstream                                             string
+	dnsUpstream                                                        string
 }
 
 func run(log *slog.Logger, o options) error {
