@@ -60,7 +60,8 @@ type ApprovalRule struct {
 	Port uint16
 	// Count is how many actions one approval covers (default 1: every action its own).
 	Count int64
-	// Approvers name who may decide (recorded and shown; any caller of the API decides).
+	// Approvers name who may decide: people or groups of the node's approvers file
+	// (agent/approval/approvers.go); a decision by anyone else is refused and recorded.
 	Approvers []string
 }
 
