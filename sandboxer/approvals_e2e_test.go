@@ -2,7 +2,11 @@ package sandboxer_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -633,5 +637,57 @@ spec:
 	}
 	if strings.Join(outcomes, ",") != "requested,approved,covered,requested,denied" {
 		t.Fatalf("outcomes %v", outcomes)
+	}
+}
+
+// The embedded run posts each request to --approval-webhook, signed with the key file: a
+// loopback receiver checks the signature over timestamp "." body and decides through the API
+// (as a chat bot would), and the held delete happens.
+func TestApprovalEmbeddedWebhook(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws, _ := reportsWorkspace(t)
+	secret := "0123456789abcdef0123456789abcdef"
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte(secret+"\n"), 0o600)
+	type got struct {
+		body    approval.WebhookBody
+		sigOK   bool
+		decided error
+	}
+	seen := make(chan got, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var g got
+		g.sigOK = r.Header.Get("X-Berm-Signature") == approval.Signature([]byte(secret), r.Header.Get("X-Berm-Timestamp"), raw)
+		if err := json.Unmarshal(raw, &g.body); err != nil {
+			g.decided = err
+		} else if g.sigOK {
+			g.decided = a.client.Decide(g.body.Request.ID, true, "tester", "approved by the bot")
+		}
+		seen <- g
+	}))
+	defer srv.Close()
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "webhook", "--workspace", ws,
+		"--policy", writeApprovalPolicy(t, "2m", "60s"), "--approval-webhook", srv.URL+"/hook", "--approval-webhook-secret", secretFile,
+		"--", "sh", "-c", "rm reports/a; echo rm=$?")
+	var g got
+	select {
+	case g = <-seen:
+	case r := <-done:
+		t.Fatalf("the call ended before the webhook was called: %+v", r)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no webhook request in 60 s")
+	}
+	r := <-done
+	if !g.sigOK || g.decided != nil || g.body.Type != "approval.request" || g.body.Request.CallID != "webhook" || g.body.Request.Object != ws+"/reports/a" {
+		t.Fatalf("webhook: %+v", g)
+	}
+	if !strings.Contains(r.Stdout, "rm=0") {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "reports/a")); err == nil {
+		t.Fatal("reports/a survives the bot's approval")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,75 @@ print("execv failed", ctypes.get_errno(), flush=True)
 				t.Error("no approval-surface denial in the record")
 			}
 		})
+	}
+}
+
+// The hostile tool without a decision: a thread flips the exec's path between an ungated
+// program (/usr/bin/true) and a gated one (/usr/bin/touch, argv matching) as fast as it can,
+// while the exec is held, read and continued, 150 times. Whatever the supervisor read, the
+// gated program never runs unasked: read as true it continues with no entry, and if the
+// kernel then finds touch the exec hook kills it (no decision); read as touch it is asked
+// (1s timeout: denied) or denied at once as a repeat. How often each happened is the race's
+// luck, logged; that touch never ran is the test.
+func TestApprovalExecSwapAfterReadNeverRunsUnasked(t *testing.T) {
+	bermbin.RequireRoot(t)
+	script := `
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+kills = ok = refused = 0
+for i in range(int(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        path = ctypes.create_string_buffer(b"/usr/bin/true", 32)
+        a0 = ctypes.create_string_buffer(b"x", 4)
+        a1 = ctypes.create_string_buffer(b"drop-swap", 16)
+        argv = (ctypes.c_void_p * 3)(ctypes.addressof(a0), ctypes.addressof(a1), None)
+        def flip():
+            while True:
+                ctypes.memmove(path, b"/usr/bin/touch\0", 15)
+                ctypes.memmove(path, b"/usr/bin/true\0\0", 15)
+        threading.Thread(target=flip, daemon=True).start()
+        libc.execv(path, argv)
+        os._exit(126)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:
+        kills += 1
+    elif os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0:
+        ok += 1
+    else:
+        refused += 1
+print(f"kills={kills} ok={ok} refused={refused}", flush=True)
+`
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws := bermbin.Workspace(t)
+	os.Chown(ws, 65534, 65534)
+	os.WriteFile(filepath.Join(ws, "swap.py"), []byte(script), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "exec-swap", "--workspace", ws,
+		"--policy", writeExecPolicy(t, "1s"), "--", "python3", "swap.py", "150")
+	r := <-done
+	t.Logf("exit %d: %q", r.Exit, r.Stdout)
+	if !strings.Contains(r.Stdout, "kills=") {
+		t.Fatalf("the script did not finish: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "drop-swap")); err == nil {
+		t.Fatal("touch drop-swap ran without a decision")
+	}
+	tl := bermbin.Timeline(t, state, "exec-swap")
+	noDecision := 0
+	for _, d := range execDenials(tl.Events) {
+		if strings.Contains(d.Rule, "no decision") {
+			noDecision++
+		}
+	}
+	var kills int
+	for _, f := range strings.Fields(r.Stdout) {
+		if v, ok := strings.CutPrefix(f, "kills="); ok {
+			kills, _ = strconv.Atoi(v)
+		}
+	}
+	t.Logf("exec hook kills for want of a decision: %d in the trail, %d seen by the script", noDecision, kills)
+	if kills != noDecision {
+		t.Errorf("%d kills, %d exec-hook denials in the trail", kills, noDecision)
 	}
 }

@@ -27,10 +27,21 @@ func init() {
 // embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
 // its own while the call runs, when the call's policy holds actions for approval. stop ends
 // the API (nil broker: nothing to stop).
-func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay) (b *approval.Broker, stop func() error, err error) {
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
 	stop = func() error { return nil }
 	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
 		return nil, stop, nil
+	}
+	var hook *approval.Webhook
+	if webhookURL != "" {
+		if webhookSecret == "" {
+			return nil, stop, errors.New("--approval-webhook needs --approval-webhook-secret (the HMAC key file)")
+		}
+		key, err := approval.ReadToken(webhookSecret)
+		if err != nil {
+			return nil, stop, err
+		}
+		hook = &approval.Webhook{URL: webhookURL, Secret: []byte(key), Log: log}
 	}
 	// With a terminal, the person at it is asked (as sudo asks); without one, a line on
 	// stderr says how to decide from another terminal.
@@ -42,7 +53,7 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	if err != nil {
 		return nil, stop, err
 	}
-	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who}); err != nil {
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who, Webhook: hook}); err != nil {
 		return nil, stop, err
 	}
 	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
