@@ -28,7 +28,7 @@ type approvals struct {
 	client *approval.Client
 }
 
-func newApprovals(t *testing.T) approvals {
+func newApprovals(t testing.TB) approvals {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -74,7 +74,7 @@ func (a approvals) pending(t *testing.T, call string, done chan bermbin.Result) 
 }
 
 // startRun starts `berm run` (embedded) and returns its result when it ends.
-func startRun(t *testing.T, env []string, args ...string) chan bermbin.Result {
+func startRun(t testing.TB, env []string, args ...string) chan bermbin.Result {
 	t.Helper()
 	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--no-rules"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
