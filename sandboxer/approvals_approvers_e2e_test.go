@@ -90,8 +90,20 @@ spec:
 	if _, err := os.Stat(filepath.Join(ws, "reports/a")); err != nil {
 		t.Fatal(err)
 	}
-	// nobody is night-shift, in reports-oncall: berm approve as nobody, with no token.
-	cmd := exec.Command(bermbin.Path(t, "berm"), "approve", id, "--dir", api, "--token", tokenFile, "--reason", "on call")
+	// nobody is night-shift, in reports-oncall: berm approve as nobody, with no token (the
+	// binaries copied where nobody can execute them; berm runs berm-full beside it).
+	bin := filepath.Join(base, "bin")
+	os.Mkdir(bin, 0o755)
+	for _, name := range []string{"berm", "berm-full"} {
+		data, err := os.ReadFile(bermbin.Path(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, name), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "berm"), "approve", id, "--dir", api, "--token", tokenFile, "--reason", "on call")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	if out, err := cmd.CombinedOutput(); err != nil {
