@@ -21,7 +21,7 @@ import (
 // (nobody, in the group): berm approve run as that user, with no token, decides.
 func TestApprovalApproversEnforced(t *testing.T) {
 	bermbin.RequireRoot(t)
-	// Reachable by nobody: the API directory is 0711 when approvers decide as unix users.
+	// Reachable by nobody: the API directory is 0755 when approvers decide as unix users.
 	base, err := os.MkdirTemp("", "berm-approvers-")
 	if err != nil {
 		t.Fatal(err)

@@ -207,11 +207,12 @@ func ReadToken(path string) (string, error) {
 // Serve serves the API for b on a unix socket named name in dir (root-only), until the
 // returned close function is called.
 func Serve(b *Broker, token, dir, name string) (string, func() error, error) {
-	// Root-only, unless approvers decide as unix users: then every user may connect, and
-	// each request is authenticated (a token, or the peer's uid an approver has).
+	// Root-only, unless approvers decide as unix users: then every user may find the
+	// sockets (berm approve lists them) and connect, and each request is authenticated (a
+	// token, or the peer's uid an approver has).
 	mode := os.FileMode(0o700)
 	if b.approvers.HasUsers() {
-		mode = 0o711
+		mode = 0o755
 	}
 	if err := os.MkdirAll(dir, mode); err != nil {
 		return "", nil, err
