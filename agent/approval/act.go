@@ -159,6 +159,7 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	if !idValid(s.fd, o.n.ID) {
 		return unix.ESRCH
 	}
+	o.jailed = true
 	if err := s.jail(root, umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM
@@ -256,6 +257,7 @@ func (s *Supervisor) prepareConnect(o *op, mem *os.File, pidfd, root, umask int)
 	if !idValid(s.fd, o.n.ID) {
 		return unix.ESRCH
 	}
+	o.jailed = true
 	if err := s.jail(root, umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM

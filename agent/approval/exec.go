@@ -53,9 +53,24 @@ func statID(st *unix.Stat_t) fileID {
 	return fileID{dev: unix.Major(st.Dev)<<20 | unix.Minor(st.Dev), ino: st.Ino}
 }
 
-// gateExecs finds the exec rules' programs in the call's root (this thread is jailed there)
-// and gates them in the kernel, once per call.
-func (s *Supervisor) gateExecs() unix.Errno {
+// statInRoot stats absolute path p as seen from root (a chroot's walk: '..' and absolute
+// links stay inside).
+func statInRoot(root int, p string, nofollow bool, st *unix.Stat_t) error {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	if nofollow {
+		how.Flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Openat2(root, p, &how)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fstat(fd, st)
+}
+
+// gateExecs finds the exec rules' programs in the call's root and gates them in the kernel,
+// once per call.
+func (s *Supervisor) gateExecs(root int) unix.Errno {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.execIDs != nil {
@@ -68,7 +83,7 @@ func (s *Supervisor) gateExecs() unix.Errno {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Stat(r.Path, &st); err != nil {
+		if err := statInRoot(root, r.Path, false, &st); err != nil {
 			// Not in the call's root: nothing to run there by that name. A file put there
 			// later is not gated (the call's root is the launcher's, read-only).
 			s.cfg.Log.Warn("approval: exec rule's program not in the call's root", "call", s.cfg.Call.CallID, "rule", r.Name, "path", r.Path, "err", err)
@@ -118,11 +133,20 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	if !idValid(s.fd, o.n.ID) {
 		return unix.ESRCH
 	}
-	if err := s.jail(root, umask); err != nil {
-		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
-		return unix.EPERM
+	// An absolute path (what a shell's PATH search gives) is resolved from the tool's root
+	// with RESOLVE_IN_ROOT, which is a chroot's walk, on this thread as it is: no jail, and
+	// the thread goes back to the runtime. A relative one needs the jail (its '..' may leave
+	// the start directory). Either way the kernel's exec hook has the last word: a
+	// resolution that missed a gated program ends in a kill, never in an unasked run.
+	fast := strings.HasPrefix(p, "/")
+	if !fast {
+		o.jailed = true
+		if err := s.jail(root, umask); err != nil {
+			s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
+			return unix.EPERM
+		}
 	}
-	if e := s.gateExecs(); e != 0 {
+	if e := s.gateExecs(root); e != 0 {
 		return e
 	}
 	tid := o.n.PID
@@ -136,12 +160,12 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	var st unix.Stat_t
 	var err error
 	switch {
+	case fast:
+		err = statInRoot(root, p, flags&unix.AT_SYMLINK_NOFOLLOW != 0, &st)
 	case p == "" && flags&unix.AT_EMPTY_PATH != 0:
 		err = unix.Fstat(start, &st)
-	case start >= 0:
-		err = unix.Fstatat(start, p, &st, int(flags&unix.AT_SYMLINK_NOFOLLOW))
 	default:
-		err = unix.Stat(p, &st)
+		err = unix.Fstatat(start, p, &st, int(flags&unix.AT_SYMLINK_NOFOLLOW))
 	}
 	if err != nil {
 		// The kernel's exec fails the same way, or finds a file put there since: if that is
@@ -164,7 +188,7 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		s.cfg.Log.Warn("approval: gated exec's argv too long to hold", "call", s.cfg.Call.CallID, "path", p)
 		return unix.E2BIG
 	}
-	if isScript(start, p, flags) {
+	if isScript(root, start, p, flags, fast) {
 		// The kernel runs the interpreter with argv of its own making: nothing to hold the
 		// exec to. Gate the interpreter instead.
 		s.cfg.Log.Warn("approval: a gated program is a script", "call", s.cfg.Call.CallID, "path", p)
@@ -190,11 +214,13 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	return 0
 }
 
-// isScript says whether the file starts with "#!" (read as the tool; unreadable: no).
-func isScript(start int, p string, flags uint64) bool {
+// isScript says whether the file starts with "#!" (unreadable: no).
+func isScript(root, start int, p string, flags uint64, fast bool) bool {
 	var fd int
 	var err error
 	switch {
+	case fast:
+		fd, err = unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 	case p == "" && flags&unix.AT_EMPTY_PATH != 0:
 		fd, err = unix.Openat(start, "/proc/self/fd/"+itoa(start), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	case start >= 0:

@@ -178,6 +178,7 @@ type op struct {
 	rule    *policy.ApprovalRule
 	perform func() (int64, unix.Errno) // the action itself, on validated arguments
 	cleanup []func()
+	jailed  bool // the thread took the tool's root, ids and domain (or tried to): never reused
 }
 
 func (o *op) close() {
@@ -195,6 +196,14 @@ func (s *Supervisor) handle(n *notif) {
 	runtime.LockOSThread()
 	name := event.SyscallName(uint32(n.Data.Nr))
 	o := &op{n: n, name: name}
+	defer func() {
+		// A thread that never took the tool's root, ids and Landlock domain goes back to the
+		// runtime (an exec by absolute path: exec.go); a jailed one is retired with its
+		// goroutine.
+		if !o.jailed {
+			runtime.UnlockOSThread()
+		}
+	}()
 	defer o.close()
 	errno := s.prepare(o)
 	if errno == 0 && !idValid(s.fd, n.ID) {
