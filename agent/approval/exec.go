@@ -150,13 +150,13 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return e
 	}
 	tid := o.n.PID
-	let := func() (int64, unix.Errno) {
+	// Not a gated program (so far): it continues, with any entry of the thread dropped.
+	o.perform = func() (int64, unix.Errno) {
 		if err := s.cfg.Exec.Revoke(tid); err != nil {
 			return 0, unix.EPERM
 		}
 		return execContinue, 0
 	}
-	o.perform = let
 	var st unix.Stat_t
 	var err error
 	switch {
