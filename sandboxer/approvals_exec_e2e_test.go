@@ -289,3 +289,35 @@ print(f"kills={kills} ok={ok} refused={refused}", flush=True)
 		t.Errorf("%d kills, %d exec-hook denials in the trail", kills, noDecision)
 	}
 }
+
+// The hostile tool runs the gated program through its dynamic loader (ld.so PROGRAM ARGS):
+// the kernel would execute the loader, another file. The loaders of gated programs are gated
+// too, with no rule: run directly they are refused, with a denial, and nobody is asked.
+func TestApprovalExecThroughTheLoaderRefused(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws := bermbin.Workspace(t)
+	os.Chown(ws, 65534, 65534)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "exec-loader", "--workspace", ws,
+		"--policy", writeExecPolicy(t, "60s"), "--", "sh", "-c", "/lib64/ld-linux-x86-64.so.2 /usr/bin/touch drop-ld; echo ld=$?; touch keep-1; echo keep=$?")
+	r := <-done
+	t.Logf("exit %d: %q %q", r.Exit, r.Stdout, r.Stderr)
+	if _, err := os.Stat(filepath.Join(ws, "drop-ld")); err == nil {
+		t.Fatal("touch drop-ld ran through the loader unasked")
+	}
+	if strings.Contains(r.Stdout, "ld=0") || !strings.Contains(r.Stdout, "keep=0") {
+		t.Fatalf("%q", r.Stdout)
+	}
+	tl := bermbin.Timeline(t, state, "exec-loader")
+	if ev := approvalEvents(tl.Events); len(ev) != 0 {
+		t.Errorf("asked about the loader: %+v", ev[0])
+	}
+	found := false
+	for _, d := range execDenials(tl.Events) {
+		found = found || (strings.Contains(d.Rule, "dynamic loader") && strings.Contains(d.Object, "/usr/bin/touch drop-ld"))
+	}
+	if !found {
+		t.Errorf("no loader denial in the trail: %+v", execDenials(tl.Events))
+	}
+}

@@ -2,6 +2,7 @@ package approval
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/binary"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 )
 
@@ -27,9 +29,10 @@ import (
 // denial event) on a mismatch or on an exec of a gated program with no entry: what runs is
 // what was decided, or nothing.
 //
+// The dynamic loader run directly (ld.so PROGRAM) executes the loader, not the gated file:
+// the gated programs' loaders are gated too, with no rule, so run directly they are refused.
 // What it does not hold: a copy of a gated program elsewhere is another file (the policy's
-// exec rights decide where a tool may execute from), and the dynamic loader run directly
-// (ld.so PROGRAM) executes the loader, not the gated file.
+// exec rights decide where a tool may execute from).
 
 // ExecGate is the kernel's exec gate of one call (tracer.ExecGate).
 type ExecGate interface {
@@ -93,6 +96,20 @@ func (s *Supervisor) gateExecs(root int) unix.Errno {
 		if err := s.cfg.Exec.Gate(id.dev, id.ino); err != nil {
 			s.cfg.Log.Error("approval: gate exec", "call", s.cfg.Call.CallID, "rule", r.Name, "err", err)
 			return unix.EPERM
+		}
+		// The program's dynamic loader run directly (ld.so PROGRAM ARGS) would run the
+		// program with the loader's identity: the loader is gated too, with no rule, so the
+		// supervisor refuses it and the exec hook kills it when raced.
+		if interp := elfInterp(root, r.Path); interp != "" {
+			var lst unix.Stat_t
+			if err := statInRoot(root, interp, false, &lst); err == nil {
+				lid := statID(&lst)
+				if err := s.cfg.Exec.Gate(lid.dev, lid.ino); err != nil {
+					s.cfg.Log.Error("approval: gate exec", "call", s.cfg.Call.CallID, "rule", r.Name, "loader", interp, "err", err)
+					return unix.EPERM
+				}
+				s.loaders[lid] = interp
+			}
 		}
 		ids[r] = id
 	}
@@ -175,12 +192,19 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	id := statID(&st)
 	var gated []*policy.ApprovalRule
 	s.mu.Lock()
+	loader, isLoader := s.loaders[id]
 	for r, rid := range s.execIDs {
 		if rid == id {
 			gated = append(gated, r)
 		}
 	}
 	s.mu.Unlock()
+	if isLoader && len(gated) == 0 {
+		s.cfg.Log.Warn("approval: the dynamic loader of a gated program run directly: refused", "call", s.cfg.Call.CallID, "loader", loader, "argv", argv)
+		s.emitEvent(o, event.Event{Kind: event.KindDenial, Denial: &event.Denial{Layer: event.LayerApproval, Surface: event.SurfaceApproval,
+			Rule: "spec.approvals exec: the dynamic loader of a gated program run directly", Object: strings.TrimSpace(loader + " " + strings.Join(argv[min(1, len(argv)):], " "))}})
+		return unix.EPERM
+	}
 	if len(gated) == 0 {
 		return 0
 	}
@@ -212,6 +236,31 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return execContinue, 0
 	}
 	return 0
+}
+
+// elfInterp is the program's PT_INTERP (its dynamic loader) in root, or "".
+func elfInterp(root int, p string) string {
+	fd, err := unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return ""
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return ""
+	}
+	for _, prog := range ef.Progs {
+		if prog.Type != elf.PT_INTERP || prog.Filesz == 0 || prog.Filesz > 4096 {
+			continue
+		}
+		b := make([]byte, prog.Filesz)
+		if _, err := prog.ReadAt(b, 0); err != nil {
+			return ""
+		}
+		return strings.TrimRight(string(b), "\x00")
+	}
+	return ""
 }
 
 // isScript says whether the file starts with "#!" (unreadable: no).

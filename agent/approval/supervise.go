@@ -71,6 +71,8 @@ type Supervisor struct {
 	// execIDs are the exec rules' programs in the call's root, gated in the kernel (exec.go);
 	// nil until the first exec is held.
 	execIDs map[*policy.ApprovalRule]fileID
+	// loaders are the gated programs' dynamic loaders (gated too: run directly, refused).
+	loaders map[fileID]string
 }
 
 // MaxInFlight bounds the held syscalls one call's supervisor handles at once.
@@ -92,7 +94,7 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 		return nil, err
 	}
 	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}), slots: make(chan struct{}, MaxInFlight),
-		covered: map[string]int64{}, denied: map[string]time.Time{}}
+		covered: map[string]int64{}, denied: map[string]time.Time{}, loaders: map[fileID]string{}}
 	s.loop.Add(1)
 	go s.run()
 	return s, nil
