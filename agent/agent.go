@@ -227,6 +227,10 @@ func (a *Agent) closeLayers() error {
 // Layers are the observation and enforcement layers this agent gives its calls.
 func (a *Agent) Layers() []string { return a.layers }
 
+// ExecGate is the call's exec gate in the kernel: the exec hook holds its gated execs to
+// what its approval supervisor decided.
+func (a *Agent) ExecGate(c *Call) *tracer.ExecGate { return a.tr.ExecGate(c.cgroup) }
+
 // Journal is where the agent writes.
 func (a *Agent) Journal() *journal.Writer { return a.jw }
 

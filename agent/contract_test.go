@@ -71,6 +71,7 @@ func TestContractLimits(t *testing.T) {
 		{"BERM_CALL_SETUP", tracer.CallSetup, "tracer.CallSetup"},
 		{"BERM_PATH_LEN", len(bpf.WireBermLsmDeny{}.Path), "berm_lsm_deny.path"},
 		{"BERM_PATH_MAX", bpf.BermPathMax, "bpf.BermPathMax"},
+		{"BERM_XG_ARGV_MAX", bpf.BermXgArgvMax, "bpf.BermXgArgvMax"},
 		{"BERM_ARGS_MAX", bpf.BermArgsMax, "bpf.BermArgsMax"},
 		{"BERM_EXE_PATH_MAX", bpf.BermExePathMax, "bpf.BermExePathMax"},
 		{"BERM_ENV_MAX", bpf.BermEnvMax, "bpf.BermEnvMax"},

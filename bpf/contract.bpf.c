@@ -45,3 +45,8 @@ const struct berm_dns_pin_key *unused_dns_pin_key __attribute__((unused));
 const struct berm_dns_pin_rule *unused_dns_pin_rule __attribute__((unused));
 const struct berm_dns_pin *unused_dns_pin __attribute__((unused));
 const struct berm_dns_orig *unused_dns_orig __attribute__((unused));
+const struct berm_xg_gate_key *unused_xg_gate_key __attribute__((unused));
+const struct berm_xg_allow_key *unused_xg_allow_key __attribute__((unused));
+const struct berm_xg_allow *unused_xg_allow __attribute__((unused));
+const enum berm_xg_reason *unused_xg_reason __attribute__((unused));
+const struct berm_exec_deny *unused_exec_deny __attribute__((unused));

@@ -102,6 +102,15 @@ type WireBermExec struct {
 	Args     WireBermStr
 }
 
+type WireBermExecDeny struct {
+	_      structs.HostLayout
+	Hdr    WireBermHdr
+	Reason uint32
+	Dev    uint32
+	Ino    uint64
+	Name   [256]int8
+}
+
 type WireBermExecEnv struct {
 	_   structs.HostLayout
 	Hdr WireBermHdr
@@ -238,6 +247,7 @@ const (
 	WireBermOpBERM_OP_SYSCALL_PATH WireBermOp = 8
 	WireBermOpBERM_OP_LSM_DENY     WireBermOp = 9
 	WireBermOpBERM_OP_EXEC_ENV     WireBermOp = 10
+	WireBermOpBERM_OP_EXEC_DENY    WireBermOp = 11
 )
 
 type WireBermOpen struct {
@@ -297,6 +307,38 @@ type WireBermSyscounts struct {
 	N [512]uint64
 }
 
+type WireBermXgAllow struct {
+	_    structs.HostLayout
+	Ino  uint64
+	Dev  uint32
+	Len  uint32
+	Argv [4096]uint8
+}
+
+type WireBermXgAllowKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Tid      uint32
+	Pad      uint32
+}
+
+type WireBermXgGateKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Ino      uint64
+	Dev      uint32
+	Pad      uint32
+}
+
+type WireBermXgReason uint32
+
+const (
+	WireBermXgReasonBERM_XG_NO_APPROVAL WireBermXgReason = 1
+	WireBermXgReasonBERM_XG_OTHER_FILE  WireBermXgReason = 2
+	WireBermXgReasonBERM_XG_OTHER_ARGV  WireBermXgReason = 3
+	WireBermXgReasonBERM_XG_INTERP      WireBermXgReason = 4
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -311,6 +353,7 @@ const (
 	WireVarUnusedDnsPinKey   = "unused_dns_pin_key"
 	WireVarUnusedDnsPinRule  = "unused_dns_pin_rule"
 	WireVarUnusedExec        = "unused_exec"
+	WireVarUnusedExecDeny    = "unused_exec_deny"
 	WireVarUnusedExecEnv     = "unused_exec_env"
 	WireVarUnusedExit        = "unused_exit"
 	WireVarUnusedFork        = "unused_fork"
@@ -334,6 +377,10 @@ const (
 	WireVarUnusedSyscall     = "unused_syscall"
 	WireVarUnusedSyscallPath = "unused_syscall_path"
 	WireVarUnusedSyscounts   = "unused_syscounts"
+	WireVarUnusedXgAllow     = "unused_xg_allow"
+	WireVarUnusedXgAllowKey  = "unused_xg_allow_key"
+	WireVarUnusedXgGateKey   = "unused_xg_gate_key"
+	WireVarUnusedXgReason    = "unused_xg_reason"
 )
 
 // LoadWire returns the embedded CollectionSpec for Wire.
@@ -400,6 +447,7 @@ type WireVariableSpecs struct {
 	UnusedDnsPinKey   *ebpf.VariableSpec `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.VariableSpec `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
+	UnusedExecDeny    *ebpf.VariableSpec `ebpf:"unused_exec_deny"`
 	UnusedExecEnv     *ebpf.VariableSpec `ebpf:"unused_exec_env"`
 	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
@@ -423,6 +471,10 @@ type WireVariableSpecs struct {
 	UnusedSyscall     *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.VariableSpec `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.VariableSpec `ebpf:"unused_syscounts"`
+	UnusedXgAllow     *ebpf.VariableSpec `ebpf:"unused_xg_allow"`
+	UnusedXgAllowKey  *ebpf.VariableSpec `ebpf:"unused_xg_allow_key"`
+	UnusedXgGateKey   *ebpf.VariableSpec `ebpf:"unused_xg_gate_key"`
+	UnusedXgReason    *ebpf.VariableSpec `ebpf:"unused_xg_reason"`
 }
 
 // WireObjects contains all objects after they have been loaded into the kernel.
@@ -465,6 +517,7 @@ type WireVariables struct {
 	UnusedDnsPinKey   *ebpf.Variable `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.Variable `ebpf:"unused_dns_pin_rule"`
 	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
+	UnusedExecDeny    *ebpf.Variable `ebpf:"unused_exec_deny"`
 	UnusedExecEnv     *ebpf.Variable `ebpf:"unused_exec_env"`
 	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`
@@ -488,6 +541,10 @@ type WireVariables struct {
 	UnusedSyscall     *ebpf.Variable `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.Variable `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.Variable `ebpf:"unused_syscounts"`
+	UnusedXgAllow     *ebpf.Variable `ebpf:"unused_xg_allow"`
+	UnusedXgAllowKey  *ebpf.Variable `ebpf:"unused_xg_allow_key"`
+	UnusedXgGateKey   *ebpf.Variable `ebpf:"unused_xg_gate_key"`
+	UnusedXgReason    *ebpf.Variable `ebpf:"unused_xg_reason"`
 }
 
 // WirePrograms contains all programs after they have been loaded into the kernel.

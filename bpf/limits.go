@@ -8,4 +8,5 @@ const (
 	BermExePathMax = 1024
 	// BERM_ENV_MAX: environment bytes an exec_env record carries, for the secret scan
 	BermEnvMax = 8192
+	BermXgArgvMax  = 4096 // BERM_XG_ARGV_MAX: argv bytes an exec approval holds
 )

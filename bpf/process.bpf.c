@@ -14,6 +14,7 @@
 #include <bpf/bpf_core_read.h>
 #include "lib/record.h"
 #include "lib/execenv.h"
+#include "lib/execgate.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -29,6 +30,7 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	struct berm_call_cfg *cfg = berm_call_of(cgid);
 	if (!cfg)
 		return 0;
+	berm_exec_gate(cfg, cgid, p, old_pid, bprm);
 
 	/* before the exec record, which then finds the scratch buffer free again */
 	berm_exec_env_emit(cfg, cgid, p);

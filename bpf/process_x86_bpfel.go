@@ -16,19 +16,22 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProcessMapBermCalls       = "berm_calls"
-	ProcessMapBermConnectAddr = "berm_connect_addr"
-	ProcessMapBermDrops       = "berm_drops"
-	ProcessMapBermEvents      = "berm_events"
-	ProcessMapBermRecScratch  = "berm_rec_scratch"
-	ProcessMapBermRingIn      = "berm_ring_in"
-	ProcessMapBermRingOut     = "berm_ring_out"
-	ProcessMapBermWalkScratch = "berm_walk_scratch"
-	ProcessProgBermSchedExec  = "berm_sched_exec"
-	ProcessProgBermSchedExit  = "berm_sched_exit"
-	ProcessProgBermSchedFork  = "berm_sched_fork"
-	ProcessVarRingShare       = "ring_share"
-	ProcessVarWakeupBytes     = "wakeup_bytes"
+	ProcessMapBermCalls        = "berm_calls"
+	ProcessMapBermConnectAddr  = "berm_connect_addr"
+	ProcessMapBermDrops        = "berm_drops"
+	ProcessMapBermEvents       = "berm_events"
+	ProcessMapBermRecScratch   = "berm_rec_scratch"
+	ProcessMapBermRingIn       = "berm_ring_in"
+	ProcessMapBermRingOut      = "berm_ring_out"
+	ProcessMapBermWalkScratch  = "berm_walk_scratch"
+	ProcessMapBermXgAllows     = "berm_xg_allows"
+	ProcessMapBermXgGates      = "berm_xg_gates"
+	ProcessMapBermXgScratchMap = "berm_xg_scratch_map"
+	ProcessProgBermSchedExec   = "berm_sched_exec"
+	ProcessProgBermSchedExit   = "berm_sched_exit"
+	ProcessProgBermSchedFork   = "berm_sched_fork"
+	ProcessVarRingShare        = "ring_share"
+	ProcessVarWakeupBytes      = "wakeup_bytes"
 )
 
 // LoadProcess returns the embedded CollectionSpec for Process.
@@ -82,14 +85,17 @@ type ProcessProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProcessMapSpecs struct {
-	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
-	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
-	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
-	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
-	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
-	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
-	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
-	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
+	BermCalls        *ebpf.MapSpec `ebpf:"berm_calls"`
+	BermConnectAddr  *ebpf.MapSpec `ebpf:"berm_connect_addr"`
+	BermDrops        *ebpf.MapSpec `ebpf:"berm_drops"`
+	BermEvents       *ebpf.MapSpec `ebpf:"berm_events"`
+	BermRecScratch   *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
+	BermRingIn       *ebpf.MapSpec `ebpf:"berm_ring_in"`
+	BermRingOut      *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermWalkScratch  *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
+	BermXgAllows     *ebpf.MapSpec `ebpf:"berm_xg_allows"`
+	BermXgGates      *ebpf.MapSpec `ebpf:"berm_xg_gates"`
+	BermXgScratchMap *ebpf.MapSpec `ebpf:"berm_xg_scratch_map"`
 }
 
 // ProcessVariableSpecs contains global variables before they are loaded into the kernel.
@@ -120,14 +126,17 @@ func (o *ProcessObjects) Close() error {
 //
 // It can be passed to LoadProcessObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProcessMaps struct {
-	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
-	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
-	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
-	BermEvents      *ebpf.Map `ebpf:"berm_events"`
-	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
-	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
-	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
-	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
+	BermCalls        *ebpf.Map `ebpf:"berm_calls"`
+	BermConnectAddr  *ebpf.Map `ebpf:"berm_connect_addr"`
+	BermDrops        *ebpf.Map `ebpf:"berm_drops"`
+	BermEvents       *ebpf.Map `ebpf:"berm_events"`
+	BermRecScratch   *ebpf.Map `ebpf:"berm_rec_scratch"`
+	BermRingIn       *ebpf.Map `ebpf:"berm_ring_in"`
+	BermRingOut      *ebpf.Map `ebpf:"berm_ring_out"`
+	BermWalkScratch  *ebpf.Map `ebpf:"berm_walk_scratch"`
+	BermXgAllows     *ebpf.Map `ebpf:"berm_xg_allows"`
+	BermXgGates      *ebpf.Map `ebpf:"berm_xg_gates"`
+	BermXgScratchMap *ebpf.Map `ebpf:"berm_xg_scratch_map"`
 }
 
 func (m *ProcessMaps) Close() error {
@@ -140,6 +149,9 @@ func (m *ProcessMaps) Close() error {
 		m.BermRingIn,
 		m.BermRingOut,
 		m.BermWalkScratch,
+		m.BermXgAllows,
+		m.BermXgGates,
+		m.BermXgScratchMap,
 	)
 }
 

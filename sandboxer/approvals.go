@@ -8,6 +8,7 @@ import (
 
 	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
@@ -34,6 +35,9 @@ func (l *launch) supervise(fd int, sb *sandbox) *approval.Supervisor {
 		Emit:  func(ev event.Event) { l.call.Emit(ev) },
 		Log:   slog.Default(),
 		Done:  func() { unix.Close(fd) },
+	}
+	if l.env.compiled.Approvals.Has(policy.ApproveExec) {
+		cfg.Exec = l.call.ExecGate()
 	}
 	if l.env.init.ApprovalConnect {
 		c := newInitConnector(fd, r)

@@ -2,7 +2,11 @@ package sandboxer_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +28,7 @@ type approvals struct {
 	client *approval.Client
 }
 
-func newApprovals(t *testing.T) approvals {
+func newApprovals(t testing.TB) approvals {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -70,7 +74,7 @@ func (a approvals) pending(t *testing.T, call string, done chan bermbin.Result) 
 }
 
 // startRun starts `berm run` (embedded) and returns its result when it ends.
-func startRun(t *testing.T, env []string, args ...string) chan bermbin.Result {
+func startRun(t testing.TB, env []string, args ...string) chan bermbin.Result {
 	t.Helper()
 	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--no-rules"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -106,7 +110,7 @@ spec:
     rules:
       - name: delete-reports
         match: {unlink: "${WORKSPACE}/reports/**"}
-        approvers: [reports-owner]
+        approvers: [tester]
 `
 
 func writeApprovalPolicy(t *testing.T, wall, timeout string) string {
@@ -222,7 +226,7 @@ func TestApprovalRmRfHeld(t *testing.T) {
 					if tc.decide == "" && (e.Channel != approval.ChannelBroker || e.By != "") {
 						t.Errorf("timeout event: %+v", e)
 					}
-					if e.Rule != "delete-reports" || len(e.Approvers) != 1 || e.Approvers[0] != "reports-owner" {
+					if e.Rule != "delete-reports" || len(e.Approvers) != 1 || e.Approvers[0] != "tester" {
 						t.Errorf("decision event's rule: %+v", e)
 					}
 				}
@@ -277,6 +281,55 @@ func TestApprovalRepeatDeniedAtOnce(t *testing.T) {
 	}
 	if strings.Join(outcomes, ",") != "requested,denied,repeat,repeat" || alerts != 2 {
 		t.Fatalf("outcomes %v, %d retry alerts", outcomes, alerts)
+	}
+}
+
+// "Just denied" is a window (spec.approvals.retryWindow): a repeat inside it is denied at
+// once; past it the same action reaches a person again.
+func TestApprovalRepeatWindow(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws, _ := reportsWorkspace(t)
+	pol := filepath.Join(t.TempDir(), "window.yaml")
+	os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: approvals-window}
+spec:
+  approvals:
+    timeout: 60s
+    retryWindow: 2s
+    rules:
+      - name: delete-reports
+        match: {unlink: "${WORKSPACE}/reports/**"}
+`), 0o644)
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "window", "--workspace", ws, "--policy", pol, "--",
+		"sh", "-c", "rm -f reports/a; rm -f reports/a; sleep 3; rm -f reports/a; echo done")
+	for i := 0; i < 2; i++ {
+		p, ok := a.pending(t, "window", done)
+		if !ok {
+			t.Fatalf("the call ended before request %d", i+1)
+		}
+		if err := a.client.Decide(p[0].ID, false, "tester", "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-done
+	if !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "reports/a")); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, e := range approvalEvents(bermbin.Timeline(t, state, "window").Events) {
+		outcomes = append(outcomes, e.Outcome)
+		if e.Outcome == approval.Repeated && !strings.Contains(e.Reason, "retry window 2s") {
+			t.Errorf("repeat's reason: %q", e.Reason)
+		}
+	}
+	if strings.Join(outcomes, ",") != "requested,denied,repeat,requested,denied" {
+		t.Fatalf("outcomes %v", outcomes)
 	}
 }
 
@@ -584,5 +637,57 @@ spec:
 	}
 	if strings.Join(outcomes, ",") != "requested,approved,covered,requested,denied" {
 		t.Fatalf("outcomes %v", outcomes)
+	}
+}
+
+// The embedded run posts each request to --approval-webhook, signed with the key file: a
+// loopback receiver checks the signature over timestamp "." body and decides through the API
+// (as a chat bot would), and the held delete happens.
+func TestApprovalEmbeddedWebhook(t *testing.T) {
+	bermbin.RequireRoot(t)
+	a := newApprovals(t)
+	state := t.TempDir()
+	ws, _ := reportsWorkspace(t)
+	secret := "0123456789abcdef0123456789abcdef"
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte(secret+"\n"), 0o600)
+	type got struct {
+		body    approval.WebhookBody
+		sigOK   bool
+		decided error
+	}
+	seen := make(chan got, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var g got
+		g.sigOK = r.Header.Get("X-Berm-Signature") == approval.Signature([]byte(secret), r.Header.Get("X-Berm-Timestamp"), raw)
+		if err := json.Unmarshal(raw, &g.body); err != nil {
+			g.decided = err
+		} else if g.sigOK {
+			g.decided = a.client.Decide(g.body.Request.ID, true, "tester", "approved by the bot")
+		}
+		seen <- g
+	}))
+	defer srv.Close()
+	done := startRun(t, a.env, "--state-dir", state, "--call-id", "webhook", "--workspace", ws,
+		"--policy", writeApprovalPolicy(t, "2m", "60s"), "--approval-webhook", srv.URL+"/hook", "--approval-webhook-secret", secretFile,
+		"--", "sh", "-c", "rm reports/a; echo rm=$?")
+	var g got
+	select {
+	case g = <-seen:
+	case r := <-done:
+		t.Fatalf("the call ended before the webhook was called: %+v", r)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no webhook request in 60 s")
+	}
+	r := <-done
+	if !g.sigOK || g.decided != nil || g.body.Type != "approval.request" || g.body.Request.CallID != "webhook" || g.body.Request.Object != ws+"/reports/a" {
+		t.Fatalf("webhook: %+v", g)
+	}
+	if !strings.Contains(r.Stdout, "rm=0") {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "reports/a")); err == nil {
+		t.Fatal("reports/a survives the bot's approval")
 	}
 }

@@ -2,6 +2,7 @@ package sandboxer
 
 import (
 	"github.com/bermsec/berm/agent"
+	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/secrets"
@@ -26,6 +27,8 @@ type CallRecorder interface {
 	Secrets() *secrets.Registry
 	// StateDir is the node's state directory: a call's pending revokes are kept there.
 	StateDir() string
+	// ExecGate is the call's exec gate in the kernel (approval rules that hold execs).
+	ExecGate() approval.ExecGate
 }
 
 // Local records with an in-process agent.
@@ -49,8 +52,9 @@ func (l localCall) End(res agent.Result) (*event.CallRecord, error) { return l.a
 
 func (l localCall) Release() error { return l.a.Release(l.c) }
 
-func (l localCall) Key() string                { return l.c.Start.CallKey }
-func (l localCall) Secrets() *secrets.Registry { return l.a.Secrets() }
-func (l localCall) StateDir() string           { return l.a.StateDir() }
+func (l localCall) Key() string                 { return l.c.Start.CallKey }
+func (l localCall) Secrets() *secrets.Registry  { return l.a.Secrets() }
+func (l localCall) StateDir() string            { return l.a.StateDir() }
+func (l localCall) ExecGate() approval.ExecGate { return l.a.ExecGate(l.c) }
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

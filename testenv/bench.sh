@@ -29,4 +29,11 @@ out=.bench/results.md
     go test -run '^$' -bench . -benchtime "$2" "$1" 2>&1 | grep -E '^(Benchmark|ok|PASS|FAIL|---)' || true
     echo '```'
   done
+  # approvals: what exec rules cost an ungated exec, against the same policy without them (issue 14).
+  echo
+  echo "## go test -bench ApprovalExecUngated ./sandboxer"
+  echo
+  echo '```'
+  go test -run '^$' -bench ApprovalExecUngated -benchtime 3x ./sandboxer 2>&1 | grep -E '^(Benchmark|ok|PASS|FAIL|---)' || true
+  echo '```'
 } | tee "$out"

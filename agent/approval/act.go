@@ -30,7 +30,7 @@ import (
 //     open directory and name (unlinkat, renameat2, openat2 of the one name with
 //     RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH), as the tool's ids (setfsuid/setfsgid, no groups,
 //     no capabilities) under the tool's Landlock domain, and the syscall is answered with its
-//     result (an opened file through ADDFD). SECCOMP_USER_NOTIF_FLAG_CONTINUE is never used:
+//     result (an opened file through ADDFD). SECCOMP_USER_NOTIF_FLAG_CONTINUE is not used:
 //     a thread rewriting the path while the request waits changes memory nobody reads again.
 //   - connect: the address is copied the same way; the supervisor connects the tool's own
 //     socket (pidfd_getfd) to the copied address and answers with the result. The socket keeps
@@ -38,6 +38,8 @@ import (
 //     acting thread's Landlock domain applies the tool's TCP rules. (One-shot allow in the
 //     cgroup layer was the alternative; it would need a new map and still re-read the address
 //     from the tool's memory at the hook, where it can have changed.)
+//   - execve, execveat: nobody can exec for the tool, so these alone continue, and the
+//     kernel's exec hook holds what runs to what was decided (exec.go).
 //
 // Syscalls no rule gates (a write outside every glob) are performed the same way, at once:
 // answering them with CONTINUE would let a thread swap a gated path in after the check.
@@ -133,6 +135,8 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		pa, o.action, length = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1]
 	case "connect":
 		return s.prepareConnect(o, mem, pidfd, root, umask)
+	case "execve", "execveat":
+		return s.prepareExec(o, mem, proc, pidfd, root, umask)
 	default:
 		return unix.ENOSYS
 	}
@@ -157,6 +161,7 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	if !idValid(s.fd, o.n.ID) {
 		return unix.ESRCH
 	}
+	o.jailed = true
 	if err := s.jail(root, umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM
@@ -254,6 +259,7 @@ func (s *Supervisor) prepareConnect(o *op, mem *os.File, pidfd, root, umask int)
 	if !idValid(s.fd, o.n.ID) {
 		return unix.ESRCH
 	}
+	o.jailed = true
 	if err := s.jail(root, umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM

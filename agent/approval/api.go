@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -65,24 +66,95 @@ func Handler(b *Broker, token string) http.Handler {
 			http.Error(w, "decision: expected approve or deny", http.StatusBadRequest)
 			return
 		}
-		by := body.By
-		if by == "" {
-			by = "api"
+		by, err := identify(r, b.approvers, token, body.By)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
 		}
 		if err := b.Decide(r.PathValue("id"), body.Decision == "approve", by, ChannelAPI, body.Reason); err != nil {
-			http.Error(w, err.Error(), http.StatusNotFound)
+			code := http.StatusNotFound
+			if errors.Is(err, ErrNotApprover) {
+				code = http.StatusForbidden
+			}
+			http.Error(w, err.Error(), code)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			http.Error(w, "a bearer token is required (the root-only token file)", http.StatusUnauthorized)
+		if !authenticated(r, b.approvers, token) {
+			http.Error(w, "a bearer token (the root-only token file, or an approver's own) or the unix user of a listed approver is required", http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+type peerKey struct{}
+
+// peerUID is the API socket peer's uid (SO_PEERCRED), or -1.
+func peerUID(r *http.Request) int {
+	c, _ := r.Context().Value(peerKey{}).(*net.UnixConn)
+	if c == nil {
+		return -1
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	uid := -1
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			uid = int(cred.Uid)
+		}
+	})
+	return uid
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if !strings.HasPrefix(h, "Bearer ") {
+		return ""
+	}
+	return strings.TrimPrefix(h, "Bearer ")
+}
+
+func isAdmin(r *http.Request, token string) bool {
+	return subtle.ConstantTimeCompare([]byte(bearer(r)), []byte(token)) == 1
+}
+
+// authenticated: the admin token, an approver's token, or the unix user of an approver.
+func authenticated(r *http.Request, a *Approvers, token string) bool {
+	if isAdmin(r, token) {
+		return true
+	}
+	if _, ok := a.byToken(bearer(r)); ok {
+		return true
+	}
+	_, ok := a.byUID(peerUID(r))
+	return ok
+}
+
+// identify is who decides: root (the admin token) names them (claimed, default "root"); an
+// approver's token or unix user is that approver, and may not claim another name.
+func identify(r *http.Request, a *Approvers, token, claimed string) (string, error) {
+	if isAdmin(r, token) {
+		if claimed == "" {
+			return "root", nil
+		}
+		return claimed, nil
+	}
+	who, ok := a.byToken(bearer(r))
+	if !ok {
+		who, ok = a.byUID(peerUID(r))
+	}
+	if !ok {
+		return "", errors.New("no approver identity")
+	}
+	if claimed != "" && claimed != who {
+		return "", fmt.Errorf("you are %s, not %s: only root names who decides", who, claimed)
+	}
+	return who, nil
 }
 
 // LoadToken reads the API token, creating it (32 random bytes, hex) when the file is absent.
@@ -135,10 +207,17 @@ func ReadToken(path string) (string, error) {
 // Serve serves the API for b on a unix socket named name in dir (root-only), until the
 // returned close function is called.
 func Serve(b *Broker, token, dir, name string) (string, func() error, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Root-only, unless approvers decide as unix users: then every user may find the
+	// sockets (berm approve lists them) and connect, and each request is authenticated (a
+	// token, or the peer's uid an approver has).
+	mode := os.FileMode(0o700)
+	if b.approvers.HasUsers() {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return "", nil, err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, mode); err != nil {
 		return "", nil, err
 	}
 	sock := filepath.Join(dir, name+".sock")
@@ -147,7 +226,14 @@ func Serve(b *Broker, token, dir, name string) (string, func() error, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("approval API on %s: %w", sock, err)
 	}
-	hs := &http.Server{Handler: Handler(b, token), ReadHeaderTimeout: 5 * time.Second}
+	if mode != 0o700 {
+		if err := os.Chmod(sock, 0o666); err != nil {
+			ln.Close()
+			return "", nil, err
+		}
+	}
+	hs := &http.Server{Handler: Handler(b, token), ReadHeaderTimeout: 5 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, peerKey{}, c) }}
 	go func() { _ = hs.Serve(ln) }()
 	return sock, func() error {
 		err := hs.Close()
@@ -181,7 +267,9 @@ func (c *Client) do(sock, method, path string, body []byte) (*http.Response, err
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	return hc.Do(req)
 }
@@ -232,7 +320,10 @@ func (c *Client) Decide(id string, approve bool, by, reason string) error {
 		case http.StatusNoContent:
 			return nil
 		case http.StatusNotFound:
-			continue
+			if strings.Contains(string(msg), ErrUnknown.Error()) {
+				continue
+			}
+			return fmt.Errorf("%s: %s: %s", s, resp.Status, strings.TrimSpace(string(msg)))
 		default:
 			return fmt.Errorf("%s: %s: %s", s, resp.Status, strings.TrimSpace(string(msg)))
 		}

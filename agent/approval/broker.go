@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ const (
 	Timeout  = "timeout" // nobody answered in time: a deny
 	Ended    = "ended"   // the call ended (a cap, an interruption) while the request waited
 	Repeated = "repeat"  // the call asked again for an action just denied: denied at once
+	// Refused is a decision by someone the rule does not name as an approver: recorded, not
+	// taken (the request keeps waiting).
+	Refused = "refused"
 )
 
 // Channels a decision came through.
@@ -48,6 +52,10 @@ type Request struct {
 	PID       uint32    `json:"pid"`
 	Created   time.Time `json:"created"`
 	Deadline  time.Time `json:"deadline"`
+
+	// OnRefused, when set, records a decision refused because its maker is not one of the
+	// rule's approvers (the supervisor puts it in the call's trail).
+	OnRefused func(d Decision) `json:"-"`
 
 	done chan Decision
 }
@@ -74,6 +82,8 @@ type Broker struct {
 	metrics *metrics
 	hook    *Webhook
 	prompt  Prompter
+	// approvers say who may decide a rule naming approvers (nil: the names root gives).
+	approvers *Approvers
 
 	mu      sync.Mutex
 	pending map[string]*Request
@@ -86,6 +96,9 @@ type Config struct {
 	Webhook  *Webhook              // nil: none
 	// Prompt asks a person at a terminal (the embedded default with a tty); nil: none.
 	Prompt Prompter
+	// Approvers are who may decide (approvers.go); nil: rules' approvers are checked against
+	// the names given by root (the admin token, the terminal of a run).
+	Approvers *Approvers
 }
 
 // Prompter asks a person about a request and returns their answer (and who gave it), or
@@ -97,7 +110,7 @@ type Prompter interface {
 
 // New makes a Broker.
 func New(cfg Config) (*Broker, error) {
-	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, pending: map[string]*Request{}}
+	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, pending: map[string]*Request{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -161,11 +174,7 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 				close(gone)
 			}()
 			if ok, by, reason, asked := b.prompt.Ask(r, gone); asked {
-				outcome := Denied
-				if ok {
-					outcome = Approved
-				}
-				_ = b.decide(r.ID, Decision{Outcome: outcome, By: by, Channel: ChannelPrompt, Reason: reason})
+				_ = b.Decide(r.ID, ok, by, ChannelPrompt, reason)
 			}
 		}()
 	}
@@ -193,11 +202,28 @@ func (b *Broker) settle(r *Request, d Decision) Decision {
 // ErrUnknown is a decision about no pending request (decided already, or never asked).
 var ErrUnknown = errors.New("no pending approval with this id")
 
-// Decide answers a pending request: approve or deny, by whom, with a reason.
+// Decide answers a pending request: approve or deny, by whom (an identity the channel
+// established), with a reason. A decider the request's rule does not name is refused with
+// ErrNotApprover, recorded, and the request keeps waiting.
 func (b *Broker) Decide(id string, approve bool, by, channel, reason string) error {
 	outcome := Denied
 	if approve {
 		outcome = Approved
+	}
+	b.mu.Lock()
+	r, ok := b.pending[id]
+	b.mu.Unlock()
+	if !ok {
+		return ErrUnknown
+	}
+	if !b.approvers.May(by, r.Approvers) {
+		err := fmt.Errorf("approval %s: %s may not decide it: rule %s names approvers %s: %w", id, by, r.Rule, strings.Join(r.Approvers, ", "), ErrNotApprover)
+		b.log.Warn("approval decision refused", "id", id, "call", r.CallID, "by", by, "channel", channel, "outcome", outcome, "rule", r.Rule)
+		if r.OnRefused != nil {
+			r.OnRefused(Decision{Outcome: Refused, By: by, Channel: channel, Reason: fmt.Sprintf("would have %s (%s); %s may not decide rule %s", outcome, reason, by, r.Rule),
+				Latency: time.Since(r.Created)})
+		}
+		return err
 	}
 	return b.decide(id, Decision{Outcome: outcome, By: by, Channel: channel, Reason: reason})
 }

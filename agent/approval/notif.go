@@ -55,9 +55,10 @@ func recvNotif(fd int) (*notif, error) {
 	}
 }
 
-// answer sets the held syscall's result: val, or the error errno. Never the CONTINUE flag:
-// the supervisor answers for every syscall it holds, so the kernel never re-reads the tool's
-// memory after it was checked.
+// answer sets the held syscall's result: val, or the error errno. Not the CONTINUE flag: the
+// supervisor answers for every syscall it holds, so the kernel never re-reads the tool's
+// memory after it was checked; execs alone continue (exec.go), held to the decision by the
+// kernel's exec hook.
 func answer(fd int, id uint64, val int64, errno unix.Errno) error {
 	r := notifResp{ID: id, Val: val}
 	if errno != 0 {

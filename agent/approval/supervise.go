@@ -39,6 +39,8 @@ type SupervisorConfig struct {
 	// from inside the call's cgroup (the sandbox init does it), so the bpf-cgroup-sock egress
 	// layer judges the connect as the call's. Required when the rules hold connects.
 	ConnectInet func(sock int, addr []byte) unix.Errno
+	// Exec is the call's exec gate in the kernel. Required when the rules hold execs.
+	Exec ExecGate
 	// Done is called at End, once no handler runs any more.
 	Done func()
 }
@@ -62,10 +64,15 @@ type Supervisor struct {
 	mu sync.Mutex
 	// covered is what is left of each rule's last approval (ApprovalRule.Count actions).
 	covered map[string]int64
-	// denied are the actions denied in this call, by action and object: asking again is a
-	// retry storm, denied at once.
-	denied map[string]bool
+	// denied are the actions denied in this call, by action and object, with when: asking
+	// again within the rules' RetryWindow is a retry storm, denied at once.
+	denied map[string]time.Time
 	reason string // why the call ended, for requests it abandons
+	// execIDs are the exec rules' programs in the call's root, gated in the kernel (exec.go);
+	// nil until the first exec is held.
+	execIDs map[*policy.ApprovalRule]fileID
+	// loaders are the gated programs' dynamic loaders (gated too: run directly, refused).
+	loaders map[fileID]string
 }
 
 // MaxInFlight bounds the held syscalls one call's supervisor handles at once.
@@ -76,6 +83,9 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 	if cfg.Listener == nil || cfg.Broker == nil || cfg.Rules == nil || cfg.Emit == nil {
 		return nil, errors.New("approval supervisor: listener, broker, rules and emit are required")
 	}
+	if cfg.Rules.Has(policy.ApproveExec) && cfg.Exec == nil {
+		return nil, errors.New("approval supervisor: exec rules need the kernel's exec gate")
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -84,7 +94,7 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 		return nil, err
 	}
 	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}), slots: make(chan struct{}, MaxInFlight),
-		covered: map[string]int64{}, denied: map[string]bool{}}
+		covered: map[string]int64{}, denied: map[string]time.Time{}, loaders: map[fileID]string{}}
 	s.loop.Add(1)
 	go s.run()
 	return s, nil
@@ -170,6 +180,7 @@ type op struct {
 	rule    *policy.ApprovalRule
 	perform func() (int64, unix.Errno) // the action itself, on validated arguments
 	cleanup []func()
+	jailed  bool // the thread took the tool's root, ids and domain (or tried to): never reused
 }
 
 func (o *op) close() {
@@ -187,6 +198,14 @@ func (s *Supervisor) handle(n *notif) {
 	runtime.LockOSThread()
 	name := event.SyscallName(uint32(n.Data.Nr))
 	o := &op{n: n, name: name}
+	defer func() {
+		// A thread that never took the tool's root, ids and Landlock domain goes back to the
+		// runtime (an exec by absolute path: exec.go); a jailed one is retired with its
+		// goroutine.
+		if !o.jailed {
+			runtime.UnlockOSThread()
+		}
+	}()
 	defer o.close()
 	errno := s.prepare(o)
 	if errno == 0 && !idValid(s.fd, n.ID) {
@@ -210,6 +229,12 @@ func (s *Supervisor) reply(o *op, val int64, errno unix.Errno) {
 	if val == fdInstalled {
 		return // answered by ADDFD
 	}
+	if val == execContinue {
+		if err := answerContinue(s.fd, o.n.ID); err != nil && err != unix.ENOENT {
+			s.cfg.Log.Warn("approval answer", "call", s.cfg.Call.CallID, "syscall", o.name, "err", err)
+		}
+		return
+	}
 	if err := answer(s.fd, o.n.ID, val, errno); err != nil && err != unix.ENOENT {
 		s.cfg.Log.Warn("approval answer", "call", s.cfg.Call.CallID, "syscall", o.name, "err", err)
 	}
@@ -221,7 +246,8 @@ func (s *Supervisor) gated(o *op) {
 	key := o.action + "\x00" + o.object
 	base := event.Approval{Action: o.action, Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers}
 	s.mu.Lock()
-	repeat := s.denied[key]
+	at, repeat := s.denied[key]
+	repeat = repeat && time.Since(at) < s.cfg.Rules.RetryWindow
 	covered := !repeat && s.covered[r.Name] > 0
 	if covered {
 		s.covered[r.Name]--
@@ -231,7 +257,8 @@ func (s *Supervisor) gated(o *op) {
 	case repeat:
 		s.cfg.Broker.Repeat()
 		a := base
-		a.Outcome, a.Channel, a.Reason, a.Result = Repeated, ChannelBroker, "asked again after a deny", -int64(unix.EPERM)
+		a.Outcome, a.Channel, a.Result = Repeated, ChannelBroker, -int64(unix.EPERM)
+		a.Reason = fmt.Sprintf("asked again %s after its deny (retry window %s)", time.Since(at).Round(time.Millisecond), s.cfg.Rules.RetryWindow)
 		s.emit(o, &a)
 		s.emitDenial(o)
 		s.emitEvent(o, event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "approval-retry", Title: "A denied action was attempted again",
@@ -249,6 +276,11 @@ func (s *Supervisor) gated(o *op) {
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
 		Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID}
+	req.OnRefused = func(d Decision) {
+		a := base
+		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)
+		s.emit(o, &a)
+	}
 	abandon := make(chan struct{})
 	stopWatch := make(chan struct{})
 	go s.watch(o.n.ID, abandon, stopWatch)
@@ -283,8 +315,11 @@ func (s *Supervisor) gated(o *op) {
 	a.Result = -int64(unix.EPERM)
 	if d.Outcome == Denied || d.Outcome == Timeout {
 		s.mu.Lock()
-		s.denied[key] = true
+		s.denied[key] = time.Now()
 		s.mu.Unlock()
+	}
+	if o.action == policy.ApproveExec {
+		_ = s.cfg.Exec.Revoke(o.n.PID)
 	}
 	s.emit(o, &a)
 	s.emitDenial(o)
@@ -316,7 +351,7 @@ func result(v int64, e unix.Errno) int64 {
 	if e != 0 {
 		return -int64(e)
 	}
-	if v == fdInstalled {
+	if v == fdInstalled || v == execContinue {
 		return 0
 	}
 	return v

@@ -18,7 +18,11 @@ import (
 type Approvals struct {
 	// Timeout is how long a request waits for a person: no answer is a deny.
 	Timeout time.Duration
-	Rules   []ApprovalRule
+	// RetryWindow is how long after a deny (or a timeout) the call asking again for the same
+	// action is denied at once, with an alert, instead of asking a person again: a retry
+	// storm. Past it, the action is asked about anew.
+	RetryWindow time.Duration
+	Rules       []ApprovalRule
 }
 
 // Approval actions: what a rule's match names.
@@ -36,6 +40,10 @@ var ApprovalActions = []string{ApproveUnlink, ApproveRename, ApproveWrite, Appro
 // DefaultApprovalTimeout applies when spec.approvals gives none.
 const DefaultApprovalTimeout = 60 * time.Second
 
+// DefaultRetryWindow applies when spec.approvals gives no retryWindow: long enough to cover
+// a tool's retry loop, short enough that a later, deliberate attempt reaches a person.
+const DefaultRetryWindow = 30 * time.Second
+
 // ApprovalRule is one spec.approvals.rules entry.
 type ApprovalRule struct {
 	Name   string
@@ -52,15 +60,18 @@ type ApprovalRule struct {
 	Port uint16
 	// Count is how many actions one approval covers (default 1: every action its own).
 	Count int64
-	// Approvers name who may decide (recorded and shown; any caller of the API decides).
+	// Approvers name who may decide: people or groups of the node's approvers file
+	// (agent/approval/approvers.go); a decision by anyone else is refused and recorded.
 	Approvers []string
 }
 
 func (d *decoder) approvals(n *yaml.Node, field string, a *Approvals) {
 	a.Timeout = DefaultApprovalTimeout
+	a.RetryWindow = DefaultRetryWindow
 	d.mapping(n, field, fields{
-		"timeout": func(n *yaml.Node, f string) { d.duration(n, f, &a.Timeout) },
-		"rules":   func(n *yaml.Node, f string) { list(d, n, f, &a.Rules, d.approvalRule) },
+		"timeout":     func(n *yaml.Node, f string) { d.duration(n, f, &a.Timeout) },
+		"retryWindow": func(n *yaml.Node, f string) { d.duration(n, f, &a.RetryWindow) },
+		"rules":       func(n *yaml.Node, f string) { list(d, n, f, &a.Rules, d.approvalRule) },
 	}, "rules")
 	seen := map[string]bool{}
 	for i, r := range a.Rules {
@@ -113,12 +124,9 @@ func (d *decoder) approvalMatch(n *yaml.Node, field string, r *ApprovalRule) {
 					d.fail(n, f, "expected an absolute program path like /usr/bin/psql, got %s", describe(n))
 					return
 				}
-				r.Path = p
-				// The supervisor cannot perform an exec for the tool, and letting the held
-				// execve continue lets the kernel copy a path and argv that another thread (or
-				// a vfork parent) may have rewritten since they were approved. Refused until
-				// the kernel layer re-checks an approved exec (see approvals_compile.go).
-				d.fail(n, f, "exec approvals are not supported yet: an approved exec cannot yet be held to the arguments that were approved; expected unlink, rename, write or connect")
+				// Held by file identity in the call's root; the kernel's exec hook holds an
+				// approved exec to the file and argv approved (agent/approval/exec.go).
+				r.Path = path.Clean(p)
 			}
 		},
 		"argv": func(n *yaml.Node, f string) {

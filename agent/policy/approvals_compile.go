@@ -15,8 +15,9 @@ import (
 // CompiledApprovals is spec.approvals for one call: its rules with placeholders replaced and
 // the filter that holds their syscalls (installed with a listener, beside the policy's own).
 type CompiledApprovals struct {
-	Timeout time.Duration
-	Rules   []ApprovalRule
+	Timeout     time.Duration
+	RetryWindow time.Duration // Approvals.RetryWindow
+	Rules       []ApprovalRule
 	// Filter notifies the gated syscalls and allows every other one in the filter itself:
 	// a syscall no rule gates pays the filter's few instructions (the kernel's per-syscall
 	// cache of always-allowed syscalls covers the rest), never a trip to the supervisor.
@@ -48,9 +49,12 @@ func (p *Policy) compileApprovals(c *Compiled, env CompileEnv) Errors {
 		// still checked above (a policy that does not parse does not run).
 		return nil
 	}
-	ca := &CompiledApprovals{Timeout: a.Timeout}
+	ca := &CompiledApprovals{Timeout: a.Timeout, RetryWindow: a.RetryWindow}
 	if ca.Timeout <= 0 {
 		ca.Timeout = DefaultApprovalTimeout
+	}
+	if ca.RetryWindow <= 0 {
+		ca.RetryWindow = DefaultRetryWindow
 	}
 	for _, r := range a.Rules {
 		if r.Glob != "" {
@@ -84,6 +88,11 @@ func (p *Policy) compileApprovals(c *Compiled, env CompileEnv) Errors {
 	}
 	if ca.Has(ApproveConnect) {
 		gate("connect")
+	}
+	if ca.Has(ApproveExec) {
+		// The filter cannot read the path: every exec is held, briefly for one no rule gates
+		// (the supervisor reads it and lets it continue; the exec hook re-checks it).
+		gate("execve", "execveat")
 	}
 	f := seccomp.Filter{Default: seccomp.Allow, BadArch: seccomp.KillProcess}
 	for name, arg := range notify {
@@ -154,6 +163,8 @@ func (a *CompiledApprovals) Refused(ev *event.Event) bool {
 			return a.Has(ApproveWrite)
 		case "connect":
 			return a.Has(ApproveConnect)
+		case "execve", "execveat":
+			return a.Has(ApproveExec)
 		}
 	case ev.Connect != nil:
 		return a.Has(ApproveConnect) && ev.Connect.Result == eperm

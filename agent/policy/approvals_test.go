@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ func TestParseApprovals(t *testing.T) {
 	p, err := Parse("p.yaml", []byte(header+`spec:
   approvals:
     timeout: 90s
+    retryWindow: 5m
     rules:
       - name: delete-reports
         match: {unlink: "${WORKSPACE}/reports/**"}
@@ -25,12 +28,14 @@ func TestParseApprovals(t *testing.T) {
         approvers: [payments-oncall]
       - name: any-port
         match: {connect: "[2001:db8::/32]"}
+      - name: run-psql
+        match: {exec: /usr/bin/psql, argv: "(?i)drop|delete|truncate"}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := p.Spec.Approvals
-	if a.Timeout != 90*time.Second || len(a.Rules) != 4 {
+	if a.Timeout != 90*time.Second || a.RetryWindow != 5*time.Minute || len(a.Rules) != 5 {
 		t.Fatalf("%+v", a)
 	}
 	want := []ApprovalRule{
@@ -38,16 +43,17 @@ func TestParseApprovals(t *testing.T) {
 		{Name: "no-overwrite", Action: ApproveWrite, Glob: "${WORKSPACE}/*.csv", Count: 3},
 		{Name: "payments-api", Action: ApproveConnect, CIDR: netip.MustParsePrefix("10.20.0.0/16"), Port: 443, Count: 1, Approvers: []string{"payments-oncall"}},
 		{Name: "any-port", Action: ApproveConnect, CIDR: netip.MustParsePrefix("2001:db8::/32"), Count: 1},
+		{Name: "run-psql", Action: ApproveExec, Path: "/usr/bin/psql", Argv: regexp.MustCompile("(?i)drop|delete|truncate"), Count: 1},
 	}
 	for i, w := range want {
 		g := a.Rules[i]
-		if g.Name != w.Name || g.Action != w.Action || g.Glob != w.Glob || g.CIDR != w.CIDR || g.Port != w.Port || g.Count != w.Count || strings.Join(g.Approvers, ",") != strings.Join(w.Approvers, ",") {
+		if g.Name != w.Name || g.Action != w.Action || g.Glob != w.Glob || g.CIDR != w.CIDR || g.Port != w.Port || g.Count != w.Count || g.Path != w.Path || fmt.Sprint(g.Argv) != fmt.Sprint(w.Argv) || strings.Join(g.Approvers, ",") != strings.Join(w.Approvers, ",") {
 			t.Errorf("rule %d: %+v, want %+v", i, g, w)
 		}
 	}
 	// Left out: no rules, the default timeout when a section is given without one.
 	p, err = Parse("p.yaml", []byte(header+"spec:\n  approvals:\n    rules: []\n"))
-	if err != nil || p.Spec.Approvals.Timeout != DefaultApprovalTimeout {
+	if err != nil || p.Spec.Approvals.Timeout != DefaultApprovalTimeout || p.Spec.Approvals.RetryWindow != DefaultRetryWindow {
 		t.Fatalf("%v %+v", err, p)
 	}
 }
@@ -73,9 +79,10 @@ func TestParseApprovalErrors(t *testing.T) {
 			[]string{`p.yaml:9:35: spec.approvals.rules[0].match.argv: argv narrows exec only, got it with unlink`}},
 		{"bad regex", "      - name: x\n        match: {exec: /usr/bin/psql, argv: \"(\"}\n",
 			[]string{
-				`p.yaml:9:23: spec.approvals.rules[0].match.exec: exec approvals are not supported yet: an approved exec cannot yet be held to the arguments that were approved; expected unlink, rename, write or connect`,
 				"p.yaml:9:44: spec.approvals.rules[0].match.argv: expected a regular expression (RE2 syntax), got \"(\": error parsing regexp: missing closing ): `(`",
 			}},
+		{"exec placeholder", "      - name: x\n        match: {exec: \"${WORKSPACE}/psql\"}\n",
+			[]string{`p.yaml:9:23: spec.approvals.rules[0].match.exec: expected an absolute program path like /usr/bin/psql, got "${WORKSPACE}/psql"`}},
 		{"count", "      - name: x\n        match: {unlink: /a}\n        count: 0\n",
 			[]string{`p.yaml:10:16: spec.approvals.rules[0].count: expected a positive whole number, got 0`}},
 		{"name twice", "      - name: x\n        match: {unlink: /a}\n      - name: x\n        match: {unlink: /b}\n",
@@ -130,6 +137,7 @@ func TestCompileApprovals(t *testing.T) {
     rules:
       - {name: r, match: {unlink: "${WORKSPACE}/reports/**"}}
       - {name: w, match: {write: "${TMP}/out/**"}}
+      - {name: x, match: {exec: /usr/bin/psql, argv: drop}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +164,7 @@ func TestCompileApprovals(t *testing.T) {
 		{"unlinkat EACCES", false, event.Event{Syscall: &event.Syscall{Name: "unlinkat", Nr: nr("unlinkat"), Result: -13}}},
 		{"write open EPERM", true, event.Event{Open: &event.Open{Flags: 0o1, Result: -1}}},
 		{"read open EPERM", false, event.Event{Open: &event.Open{Flags: 0, Result: -1}}},
+		{"execve EPERM", true, event.Event{Syscall: &event.Syscall{Name: "execve", Nr: nr("execve"), Result: -1}}},
 		{"connect (no rule)", false, event.Event{Syscall: &event.Syscall{Name: "connect", Result: -1}}},
 	} {
 		if got := a.Refused(&tc.ev); got != tc.refused {

@@ -199,7 +199,7 @@ func (t *Tracer) Unregister(cgroupID uint64) error {
 	if err := t.proc.BermCalls.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unregister cgroup %d: %w", cgroupID, err)
 	}
-	return nil
+	return t.clearExecGate(cgroupID)
 }
 
 // TakeSyscallCounts returns the slot's per-syscall counts (summed over CPUs) and zeroes them

@@ -29,6 +29,7 @@ enum berm_op {
 	BERM_OP_SYSCALL_PATH = 8,
 	BERM_OP_LSM_DENY = 9, /* struct berm_lsm_deny: the BPF LSM hooks (lsm.bpf.c) */
 	BERM_OP_EXEC_ENV = 10, /* struct berm_exec_env: an exec's environment, just before its exec record */
+	BERM_OP_EXEC_DENY = 11, /* struct berm_exec_deny: a gated exec killed (lib/execgate.h) */
 };
 
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
@@ -231,6 +232,54 @@ struct berm_lsm_deny {
 	__u32 rule;      /* 1-based index of the policy rule, 0 = no rule covers the object */
 	__u32 audit;
 	char path[BERM_PATH_LEN];
+};
+
+/*
+ * Exec approvals (lib/execgate.h). The approval supervisor lets a held execve continue, so the
+ * kernel copies path and argv again after the decision: the exec hook holds the exec to what
+ * was decided. A call's gated programs are file identities (dev in the kernel's encoding,
+ * major << 20 | minor); an exec of one needs a one-shot entry the supervisor wrote for the
+ * thread (its id before the exec) with the file and the exact argv bytes it decided on.
+ */
+#define BERM_XG_ARGV_MAX 4096 /* argv bytes (NUL-terminated strings) an approval holds */
+#define BERM_XG_MAX_GATES 4096 /* gated program identities of all calls together */
+#define BERM_XG_MAX_ALLOWS 1024 /* one-shot exec approvals outstanding on the node */
+
+struct berm_xg_gate_key {
+	__u64 cgroup_id;
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+struct berm_xg_allow_key {
+	__u64 cgroup_id;
+	__u32 tid; /* the thread that called execve, as the kernel knew it before the exec */
+	__u32 pad;
+};
+
+struct berm_xg_allow {
+	__u64 ino;
+	__u32 dev;
+	__u32 len; /* bytes of argv used, at most BERM_XG_ARGV_MAX */
+	__u8 argv[BERM_XG_ARGV_MAX];
+};
+
+/* Why the exec hook killed a gated exec. */
+enum berm_xg_reason {
+	BERM_XG_NO_APPROVAL = 1, /* a gated program with no decision for this thread */
+	BERM_XG_OTHER_FILE = 2,  /* the file that runs is not the one decided on */
+	BERM_XG_OTHER_ARGV = 3,  /* its argv is not the one decided on */
+	BERM_XG_INTERP = 4,      /* a gated program reached as a script's interpreter */
+};
+
+/* A gated exec killed before its first instruction: the file that would have run. */
+struct berm_exec_deny {
+	struct berm_hdr hdr;
+	__u32 reason; /* enum berm_xg_reason */
+	__u32 dev;
+	__u64 ino;
+	char name[BERM_PATH_LEN]; /* the file's name (its dentry) */
 };
 
 /* BPF LSM file policy (bpf/lsm.bpf.c). A call's policy is a set of inodes, each with the rights

@@ -27,10 +27,21 @@ func init() {
 // embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
 // its own while the call runs, when the call's policy holds actions for approval. stop ends
 // the API (nil broker: nothing to stop).
-func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay) (b *approval.Broker, stop func() error, err error) {
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
 	stop = func() error { return nil }
 	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
 		return nil, stop, nil
+	}
+	var hook *approval.Webhook
+	if webhookURL != "" {
+		if webhookSecret == "" {
+			return nil, stop, errors.New("--approval-webhook needs --approval-webhook-secret (the HMAC key file)")
+		}
+		key, err := approval.ReadToken(webhookSecret)
+		if err != nil {
+			return nil, stop, err
+		}
+		hook = &approval.Webhook{URL: webhookURL, Secret: []byte(key), Log: log}
 	}
 	// With a terminal, the person at it is asked (as sudo asks); without one, a line on
 	// stderr says how to decide from another terminal.
@@ -38,7 +49,11 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	if term != nil {
 		prompt = ttyPrompt{term}
 	}
-	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt}); err != nil {
+	who, err := approval.LoadApprovers(envOr("BERM_APPROVERS", approval.DefaultApproversFile))
+	if err != nil {
+		return nil, stop, err
+	}
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who, Webhook: hook}); err != nil {
 		return nil, stop, err
 	}
 	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
@@ -98,9 +113,11 @@ func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
 		return nil, err
 	}
 	tok, err := approval.ReadToken(*tokenFile)
-	if err != nil {
+	if err != nil && os.Getuid() == 0 {
 		return nil, err
 	}
+	// Not root: no token; the API knows the caller by its unix user (an approver's, in the
+	// approvers file, or refused).
 	return &approval.Client{Dir: *dir, Token: tok}, nil
 }
 
@@ -143,7 +160,7 @@ func cmdDecide(args []string, approve bool) int {
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	reason := fs.String("reason", "", "why (recorded in the trail)")
-	by := fs.String("by", "", "who decides (default: the user running berm)")
+	by := fs.String("by", "", "who decides (root only; default: the user running berm; others are who they are)")
 	// The id may come before or after the flags.
 	var id string
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
@@ -163,7 +180,7 @@ func cmdDecide(args []string, approve bool) int {
 		return fail("usage: berm %s ID [--reason TEXT]", name)
 	}
 	who := *by
-	if who == "" {
+	if who == "" && os.Getuid() == 0 {
 		who = whoAmI()
 	}
 	if err := c.Decide(id, approve, who, *reason); err != nil {

@@ -62,7 +62,7 @@ func cmdRun(args []string) int {
 		spec.Stdin, spec.Terminal = term.Master, o.Request.Terminal
 	}
 	var stopApprovals func() error
-	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term); err != nil {
+	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term, o.ApprovalWebhook, o.ApprovalWebhookSecret); err != nil {
 		return fail("%v", err)
 	}
 	defer stopApprovals()

@@ -23,7 +23,11 @@ func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*ap
 		}
 		hook = &approval.Webhook{URL: o.webhookURL, Secret: []byte(key), Log: log}
 	}
-	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook})
+	who, err := approval.LoadApprovers(o.approvers)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who})
 	if err != nil {
 		return nil, nil, err
 	}

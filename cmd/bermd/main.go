@@ -40,6 +40,7 @@ func main() {
 	approvalsDir := flag.String("approvals-dir", approval.DefaultDir, "directory of the approval API's socket (root-only)")
 	approvalsToken := flag.String("approvals-token", approval.DefaultTokenFile, "the approval API's bearer token file (created root-only when absent)")
 	webhookURL := flag.String("approval-webhook", "", "POST each approval request as signed JSON to this URL (empty: off)")
+	approversFile := flag.String("approvers", approval.DefaultApproversFile, "who may decide rules naming approvers: people (unix users, API tokens) and groups (root-owned; absent: the names root gives)")
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
@@ -48,7 +49,7 @@ func main() {
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, dnsUpstream: *dnsUpstream}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -68,8 +69,8 @@ type options struct {
 	idleExit                             time.Duration
 	pprof                                bool
 
-	approvalsDir, approvalsToken, webhookURL, webhookSecret string
-	dnsUpstream                                             string
+	approvalsDir, approvalsToken, webhookURL, webhookSecret, approvers string
+	dnsUpstream                                                        string
 }
 
 func run(log *slog.Logger, o options) error {

@@ -19,6 +19,9 @@ func (o *Options) Remote() int {
 		// Not silently: the caller asked for something this call will not get.
 		fmt.Fprintln(os.Stderr, "berm: warning: --rules and --no-rules are for the embedded agent; bermd evaluates its own ruleset (bermd --rules, --no-rules)")
 	}
+	if o.ApprovalWebhook != "" {
+		fmt.Fprintln(os.Stderr, "berm: warning: --approval-webhook is for the embedded agent; bermd posts to its own (bermd --approval-webhook)")
+	}
 	if o.conn != nil {
 		defer o.conn.Close() // a call that is not sent
 	}

@@ -32,9 +32,12 @@ type Options struct {
 	Socket        string
 	Rules         []string
 	NoRules       bool
-	Envs          []string
-	TracedNames   []string
-	workspace     string
+	// ApprovalWebhook and ApprovalWebhookSecret: the embedded run POSTs each approval
+	// request there, HMAC-signed with the key in the file (bermd has flags of its own).
+	ApprovalWebhook, ApprovalWebhookSecret string
+	Envs                                   []string
+	TracedNames                            []string
+	workspace                              string
 	// conn is the connection to bermd ViaDaemon found it with, for Remote.
 	conn *callproto.Conn
 }
@@ -108,6 +111,8 @@ func Parse(args []string) (*Options, error) {
 	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
 	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
 	fs.BoolVar(&o.NoRules, "no-rules", false, "evaluate no detection rules (embedded agent only)")
+	fs.StringVar(&o.ApprovalWebhook, "approval-webhook", "", "POST each approval request to this URL, signed (embedded agent only; bermd has --approval-webhook)")
+	fs.StringVar(&o.ApprovalWebhookSecret, "approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	fs.StringVar(&r.DNSUpstream, "dns-upstream", "", "DNS server the call's allowed queries go to, ADDR or ADDR:PORT (default: bermd's --dns-upstream, else the host's resolv.conf)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
