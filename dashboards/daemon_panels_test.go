@@ -1,10 +1,10 @@
 package dashboards
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,7 +66,7 @@ datasources:
 		t.Fatal(err)
 	}
 	return grafana.ForTest(t, grafana.Config{
-		PluginsDir: plugins, Provisioning: prov, Unsigned: []string{plugin.ID},
+		PluginsDir: plugins, Provisioning: prov, Unsigned: []string{plugin.ID}, Dashboards: boardUIDs,
 		Env: []string{"BERM_CLICKHOUSE_DSN=" + f.dsn, "BERM_DASHBOARDS_DIR=" + boards},
 	})
 }
@@ -318,7 +318,7 @@ func (f *daemonFixture) checkApprovalDNSPanels(t *testing.T, g *grafana.Server) 
 		}
 		switch r["outcome"] {
 		case "denied", "approved":
-			if r["by"] != "dash-tester" || r["channel"] != "api" {
+			if r["by"] != "reports-owner" || r["channel"] != "api" {
 				t.Errorf("a decision through the API: %v", r)
 			}
 			if ms, _ := strconv.ParseFloat(r["latency_ms"], 64); ms <= 0 {

@@ -27,6 +27,7 @@ func (f *fixture) checkGrafana(t *testing.T, c *datasourcetest.TestPluginClient,
 		PluginsDir:   plugins,
 		Provisioning: filepath.Join(repoRoot(), "dashboards", "provisioning"),
 		Unsigned:     []string{plugin.ID},
+		Dashboards:   boardUIDs,
 		Env:          []string{"BERM_CLICKHOUSE_DSN=" + f.dsn, "BERM_DASHBOARDS_DIR=" + boards},
 	})
 
@@ -43,7 +44,7 @@ func (f *fixture) checkGrafana(t *testing.T, c *datasourcetest.TestPluginClient,
 
 	// the dashboards as Grafana provisioned them
 	var ds []dash
-	for _, uid := range []string{"berm-matrix", "berm-escape", "berm-call", "berm-agent"} {
+	for _, uid := range boardUIDs {
 		var resp struct {
 			Dashboard json.RawMessage `json:"dashboard"`
 			Meta      struct {

@@ -22,6 +22,9 @@ import (
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 )
 
+// boardUIDs are the provisioned dashboards the tests read through Grafana.
+var boardUIDs = []string{"berm-matrix", "berm-escape", "berm-call", "berm-agent"}
+
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), ".."))

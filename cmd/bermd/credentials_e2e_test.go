@@ -233,7 +233,7 @@ spec:
   isolation: {network: host-filtered}
   network:
     egress:
-      - {domain: allowed.test, ports: [80]}
+      - {domain: allowed.test, ports: [80], allowPrivate: true} # the test's upstream answers on loopback
 `), 0o644)
 	r := d.run(t, "", "--tenant", "beta", "--call-id", "thief", "--workspace", ws, "--policy", pol, "--dns-upstream", up.Addr, "--",
 		"python3", "-c", `import socket, binascii

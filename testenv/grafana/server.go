@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ type Config struct {
 	Provisioning string   // Grafana's provisioning directory (datasources/, dashboards/)
 	Unsigned     []string // plugin ids allowed to load unsigned
 	Env          []string // NAME=VALUE for the server: what the provisioning files expand
+	// Dashboards are the uids of the provisioned dashboards Start waits for: Grafana provisions
+	// dashboards in a background service after it answers /api/health.
+	Dashboards []string
 }
 
 // Server is a running Grafana.
@@ -104,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.proc, err = testutil.StartProc(cmd, filepath.Join(cfg.Dir, "logs", "stdout.log")); err != nil {
 		return nil, err
 	}
-	if err := s.waitHealthy(ctx); err != nil {
+	if err := s.waitHealthy(ctx, cfg.Dashboards); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -124,14 +128,27 @@ func ForTest(t testing.TB, cfg Config) *Server {
 		func(ctx context.Context) (*Server, error) { return Start(ctx, cfg) }, (*Server).Stop)
 }
 
-func (s *Server) waitHealthy(ctx context.Context) error {
+func (s *Server) waitHealthy(ctx context.Context, dashboards []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	return s.proc.WaitReady(ctx, "grafana", 200*time.Millisecond, func() bool {
 		var h struct {
 			Database string `json:"database"`
 		}
-		return s.Get("/api/health", &h) == nil && h.Database == "ok"
+		if s.Get("/api/health", &h) != nil || h.Database != "ok" {
+			return false
+		}
+		// search, not /api/dashboards/uid/: a missing dashboard is an empty answer there, not
+		// an error in Grafana's log (which the tests read)
+		for _, uid := range dashboards {
+			var found []struct {
+				UID string `json:"uid"`
+			}
+			if s.Get("/api/search?type=dash-db&dashboardUIDs="+url.QueryEscape(uid), &found) != nil || len(found) == 0 {
+				return false
+			}
+		}
+		return true
 	}, s.LogTail)
 }
 
