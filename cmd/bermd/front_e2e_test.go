@@ -76,7 +76,7 @@ func TestFrontsAgree(t *testing.T) {
 		{name: "rules are the embedded agent's", args: []string{"--no-rules", "--workspace", ws, "--", "/bin/true"}},
 		{name: "a summary that cannot be written", args: []string{"--summary", "/nonexistent-berm-dir/s.json", "--workspace", ws, "--", "/bin/true"}},
 		{name: "no bermd", args: []string{"--socket", filepath.Join(dir, "none.sock"), "--", "/bin/true"}},
-		{name: "a huge argv and environment", env: []string{"BERM_FRONT_BIG=" + strings.Repeat("b", 256<<10)},
+		{name: "a huge argv and environment", env: []string{"BERM_FRONT_BIG=" + strings.Repeat("b", 100<<10)},
 			args: append([]string{"--workspace", ws, "--env", "BERM_FRONT_BIG", "--", "/bin/sh", "-c", `echo $# ${#BERM_FRONT_BIG} "$1" "$20000"`, "sh"}, huge...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
