@@ -241,9 +241,15 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 	}
 	sv.Request = time.Now()
 	fc := s.Invoke(&callproto.Invocation{Args: args, Env: env, Cwd: cwd}, s.ownSocket)
-	if fc.Cleanup != nil {
-		defer fc.Cleanup()
+	// The workspace made for the call is gone before the front hears of its end, as the Go
+	// front removes it before it exits.
+	cleanup := func() {
+		if fc.Cleanup != nil {
+			fc.Cleanup()
+			fc.Cleanup = nil
+		}
 	}
+	defer cleanup()
 	if fc.Fallback {
 		_ = callproto.WriteFallbackFrame(conn)
 		return
@@ -259,7 +265,9 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 	}
 	rep := s.launch(json.NewDecoder(br), fc.Request, stdio)
 	sv.Launched = time.Now()
-	_ = callproto.WriteEndFrame(conn, fc.Finish(rep))
+	end := fc.Finish(rep)
+	cleanup()
+	_ = callproto.WriteEndFrame(conn, end)
 	s.served(sv, fc.Request, &rep)
 }
 
