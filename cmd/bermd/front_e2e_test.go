@@ -202,7 +202,7 @@ body = struct.pack("<I", 3) + b"--call-id\0nobody-raw\0/bin/true\0" + struct.pac
 socket.send_fds(s, [b"A"], [0, 1, 2, os.open("/", os.O_RDONLY)])
 s.sendall(struct.pack("<I", len(body)) + body)
 sys.stdout.write(s.makefile().readline())`
-	cmd := exec.Command("python3", "-c", py, d.socket)
+	cmd := exec.Command("/usr/bin/python3", "-c", py, d.socket) // Debian's, which nobody can run
 	cmd.SysProcAttr = nobody
 	out, err := cmd.Output()
 	if err != nil || !strings.Contains(string(out), `"error":"bermd serves root only"`) {
