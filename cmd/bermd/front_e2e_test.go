@@ -26,11 +26,30 @@ import (
 // the Go one it falls back to (bin/berm-front, which parses and resolves itself).
 var fronts = []struct{ name, bin string }{{"c", "berm"}, {"go", "berm-front"}}
 
+// frontPath is a front's binary. The C front is a copy alone in its directory, without the
+// Go front beside it: a call it did not serve itself fails (it cannot fall back), so a call
+// that succeeds went through its bare invocation. fallback: the C front beside the Go one.
+func frontPath(t *testing.T, name string, fallback bool) string {
+	t.Helper()
+	if name != "berm" || fallback {
+		return bermbin.Path(t, name)
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(bermbin.Path(t, "berm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "berm"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "berm")
+}
+
 // runFront runs one front in dir with stdin, the extra environment and the call id given;
 // the id in its output reads ID.
 func runFront(t *testing.T, bin, dir, stdin, id string, env []string, args ...string) bermbin.Result {
 	t.Helper()
-	cmd := exec.Command(bermbin.Path(t, bin), args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env, cmd.Stdin = dir, append(os.Environ(), env...), strings.NewReader(stdin)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -59,9 +78,10 @@ func TestFrontsAgree(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		args  []string
-		env   []string
-		stdin string
+		args     []string
+		env      []string
+		stdin    string
+		fallback bool // the C front hands this call to the Go front
 	}{
 		{name: "the tool's status and stdio", stdin: "hello\n",
 			args: []string{"--workspace", ws, "--", "/bin/sh", "-c", "read l; echo out $l; echo err >&2; exit 3"}},
@@ -75,7 +95,7 @@ func TestFrontsAgree(t *testing.T) {
 		{name: "killed by its wall-time cap", args: []string{"--timeout", "1s", "--workspace", ws, "--", "/bin/sleep", "30"}},
 		{name: "rules are the embedded agent's", args: []string{"--no-rules", "--workspace", ws, "--", "/bin/true"}},
 		{name: "a summary that cannot be written", args: []string{"--summary", "/nonexistent-berm-dir/s.json", "--workspace", ws, "--", "/bin/true"}},
-		{name: "no bermd", args: []string{"--socket", filepath.Join(dir, "none.sock"), "--", "/bin/true"}},
+		{name: "no bermd", args: []string{"--socket", filepath.Join(dir, "none.sock"), "--", "/bin/true"}, fallback: true},
 		{name: "a huge argv and environment", env: []string{"BERM_FRONT_BIG=" + strings.Repeat("b", 100<<10)},
 			args: append([]string{"--workspace", ws, "--env", "BERM_FRONT_BIG", "--", "/bin/sh", "-c", `echo $# ${#BERM_FRONT_BIG} "$1" "$20000"`, "sh"}, huge...)},
 	} {
@@ -85,7 +105,7 @@ func TestFrontsAgree(t *testing.T) {
 				d.settled(t)
 				id := fmt.Sprintf("agree-%d-%s", time.Now().UnixNano(), f.name)
 				args := append([]string{"run", "--socket", d.socket, "--daemon", "required", "--call-id", id}, tc.args...)
-				got = append(got, runFront(t, f.bin, dir, tc.stdin, id, tc.env, args...))
+				got = append(got, runFront(t, frontPath(t, f.bin, tc.fallback), dir, tc.stdin, id, tc.env, args...))
 				t.Logf("%s: exit %d\nstdout: %.300q\nstderr: %.300q", fronts[i].name, got[i].Exit, got[i].Stdout, got[i].Stderr)
 			}
 			if got[0] != got[1] {
@@ -106,7 +126,7 @@ func TestFrontsWriteTheSameSummary(t *testing.T) {
 	for _, f := range fronts {
 		d.settled(t)
 		id := "summary-" + f.name
-		r := runFront(t, f.bin, dir, "", id, nil, "run", "--socket", d.socket, "--call-id", id, "--workspace", ws, "--summary", f.name+".json", "--", "/bin/sh", "-c", "exit 4")
+		r := runFront(t, frontPath(t, f.bin, false), dir, "", id, nil, "run", "--socket", d.socket, "--call-id", id, "--workspace", ws, "--summary", f.name+".json", "--", "/bin/sh", "-c", "exit 4")
 		if r.Exit != 4 {
 			t.Fatalf("%s: exit %d: %s", f.name, r.Exit, r.Stderr)
 		}
@@ -138,7 +158,7 @@ func TestFrontsPassInterrupts(t *testing.T) {
 		for _, f := range fronts {
 			d.settled(t)
 			id := fmt.Sprintf("signal-%d-%s", sig, f.name)
-			cmd := exec.Command(bermbin.Path(t, f.bin), "run", "--socket", d.socket, "--call-id", id, "--workspace", ws, "--",
+			cmd := exec.Command(frontPath(t, f.bin, false), "run", "--socket", d.socket, "--call-id", id, "--workspace", ws, "--",
 				"/bin/sh", "-c", "echo started > started; exec sleep 30")
 			var out, errb strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &errb
