@@ -77,7 +77,7 @@ func TestFrontsAgree(t *testing.T) {
 		huge[i] = fmt.Sprintf("argument-%05d", i)
 	}
 	for _, tc := range []struct {
-		name  string
+		name     string
 		args     []string
 		env      []string
 		stdin    string
