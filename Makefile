@@ -3,16 +3,26 @@ GO       ?= go
 BIN      := bin
 # The Grafana datasource plugin, installable as it is (see dashboards/README.md).
 PLUGIN   := $(BIN)/grafana/berm-datasource
-CMDS     := $(filter-out internal,$(notdir $(wildcard cmd/*)))
+# cmd/berm is the C front (main.c); the others are Go.
+CMDS     := $(filter-out internal berm,$(notdir $(wildcard cmd/*)))
+CC       ?= cc
+# Static when the C library's archive is there: no dynamic loader on every call.
+FRONT_LDFLAGS ?= $(shell echo 'int main(void){return 0;}' | $(CC) -x c -static -o /dev/null - 2>/dev/null && echo -static)
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean
+.PHONY: all build front grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(MAKE) --no-print-directory front
+
+# The C front alone (testenv/bermbin builds it so for tests, FRONT naming where).
+FRONT ?= $(BIN)/berm
+front:
+	$(CC) -O2 -Wall -Wextra $(FRONT_LDFLAGS) -o $(FRONT) cmd/berm/main.c
 	@mkdir -p $(PLUGIN)/img
 	$(GO) build -o $(PLUGIN)/gpx_berm-datasource_$$($(GO) env GOOS)_$$($(GO) env GOARCH) ./dashboards/plugin/cmd/berm-datasource
 	cp dashboards/plugin/dist/plugin.json dashboards/plugin/dist/module.js $(PLUGIN)/

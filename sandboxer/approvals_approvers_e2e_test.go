@@ -91,10 +91,11 @@ spec:
 		t.Fatal(err)
 	}
 	// nobody is night-shift, in reports-oncall: berm approve as nobody, with no token (the
-	// binaries copied where nobody can execute them; berm runs berm-full beside it).
+	// binaries copied where nobody can execute them; berm runs berm-front, which runs
+	// berm-full beside it).
 	bin := filepath.Join(base, "bin")
 	os.Mkdir(bin, 0o755)
-	for _, name := range []string{"berm", "berm-full"} {
+	for _, name := range []string{"berm", "berm-front", "berm-full"} {
 		data, err := os.ReadFile(bermbin.Path(t, name))
 		if err != nil {
 			t.Fatal(err)

@@ -41,6 +41,10 @@ type Server struct {
 	IdleExit time.Duration
 	// Served, when set, hears of every call served, with the times of its phases.
 	Served func(Served)
+	// Invoke, when set, reads the C front's bare invocations (callproto.InvokeMagic) as berm
+	// run would: the flags have one parser (cmd/internal/runcli), which the front does not
+	// link. The func it is passed says whether a socket path is this server's.
+	Invoke func(inv *callproto.Invocation, ownSocket func(string) bool) callproto.FrontCall
 
 	path string
 	ino  uint64 // the socket file this server created: only that one is removed at the end
@@ -190,7 +194,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 		refuse("bermd serves root only")
 		return
 	}
-	stdio, err := readStdio(conn)
+	magic, stdio, cwd, err := readStdio(conn)
 	if err != nil {
 		if !errors.Is(err, io.EOF) { // a probe that only connects is not an error
 			refuse("%v", err)
@@ -201,16 +205,81 @@ func (s *Server) handle(conn *net.UnixConn) {
 		for _, f := range stdio {
 			f.Close()
 		}
+		if cwd != nil {
+			cwd.Close()
+		}
 	}()
-	dec := json.NewDecoder(bufio.NewReader(conn))
+	br := bufio.NewReader(conn)
+	if magic == callproto.InvokeMagic {
+		if s.Invoke == nil {
+			refuse("this bermd reads no bare invocations")
+			return
+		}
+		s.invoke(conn, br, stdio, cwd, &sv)
+		return
+	}
+	dec := json.NewDecoder(br)
 	var req callproto.Request
 	if err := dec.Decode(&req); err != nil {
 		refuse("read run request: %v", err)
 		return
 	}
 	sv.Request = time.Now()
+	rep := s.launch(dec, &req, stdio)
+	sv.Launched = time.Now()
+	_ = enc.Encode(rep)
+	s.served(&sv, &req, &rep)
+}
 
-	// Whatever the client sends next is an interrupt; its going away is one too.
+// invoke serves a bare invocation: bermd parses it (Server.Invoke), launches the call it
+// describes and answers in frames.
+func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File, cwd *os.File, sv *Served) {
+	args, env, err := callproto.ReadInvocation(br)
+	if err != nil {
+		_ = callproto.WriteEndFrame(conn, callproto.FrontEnd{Status: 1, Stderr: fmt.Appendf(nil, "berm: bermd: %v\n", err)})
+		return
+	}
+	sv.Request = time.Now()
+	fc := s.Invoke(&callproto.Invocation{Args: args, Env: env, Cwd: cwd}, s.ownSocket)
+	// The workspace made for the call is gone before the front hears of its end, as the Go
+	// front removes it before it exits.
+	cleanup := func() {
+		if fc.Cleanup != nil {
+			fc.Cleanup()
+			fc.Cleanup = nil
+		}
+	}
+	defer cleanup()
+	if fc.Fallback {
+		_ = callproto.WriteFallbackFrame(conn)
+		return
+	}
+	if len(fc.Early) > 0 {
+		if err := callproto.WriteStderrFrame(conn, fc.Early); err != nil {
+			return
+		}
+	}
+	if fc.Request == nil {
+		_ = callproto.WriteEndFrame(conn, fc.End)
+		return
+	}
+	rep := s.launch(json.NewDecoder(br), fc.Request, stdio)
+	sv.Launched = time.Now()
+	end := fc.Finish(rep)
+	cleanup()
+	_ = callproto.WriteEndFrame(conn, end)
+	s.served(sv, fc.Request, &rep)
+}
+
+// ownSocket says whether path is the socket this server listens on.
+func (s *Server) ownSocket(path string) bool {
+	var st unix.Stat_t
+	return unix.Stat(path, &st) == nil && st.Ino == s.ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK
+}
+
+// launch runs a call to its end; whatever the client sends while it runs (decoded by dec)
+// is an interrupt, its going away is one too.
+func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.File) callproto.Reply {
 	stops := make(chan callproto.Stop, 4)
 	done := make(chan struct{})
 	defer close(done)
@@ -237,30 +306,32 @@ func (s *Server) handle(conn *net.UnixConn) {
 		case <-done:
 		}
 	}()
-	rep := s.Launch(&req, stdio, stops)
-	sv.Launched = time.Now()
+	rep := s.Launch(req, stdio, stops)
 	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
 		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
 	}
-	_ = enc.Encode(rep)
+	return rep
+}
+
+func (s *Server) served(sv *Served, req *callproto.Request, rep *callproto.Reply) {
 	sv.Replied = time.Now()
 	if s.Served != nil {
 		sv.CallID, sv.Record = req.CallID, rep.Record
-		s.Served(sv)
+		s.Served(*sv)
 	}
 }
 
-// readStdio reads the run magic byte and the caller's stdin, stdout and stderr passed with it.
-func readStdio(conn *net.UnixConn) ([3]*os.File, error) {
-	var stdio [3]*os.File
+// readStdio reads the magic byte and the caller's stdin, stdout and stderr passed with it;
+// a bare invocation (callproto.InvokeMagic) also passes its working directory.
+func readStdio(conn *net.UnixConn) (magic byte, stdio [3]*os.File, cwd *os.File, err error) {
 	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(3*4))
-	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return stdio, err
+		return 0, stdio, nil, err
 	}
 	if n == 0 {
-		return stdio, io.EOF
+		return 0, stdio, nil, io.EOF
 	}
 	var fds []int
 	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
@@ -270,15 +341,23 @@ func readStdio(conn *net.UnixConn) ([3]*os.File, error) {
 			}
 		}
 	}
-	if buf[0] != callproto.RunMagic || len(fds) != 3 {
+	want := 3
+	if buf[0] == callproto.InvokeMagic {
+		want = 4
+	}
+	if (buf[0] != callproto.RunMagic && buf[0] != callproto.InvokeMagic) || len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return stdio, fmt.Errorf("expected a run request with stdin, stdout and stderr (berm and bermd from different versions?)")
+		return 0, stdio, nil, fmt.Errorf("expected a run request with stdin, stdout and stderr (berm and bermd from different versions?)")
 	}
 	for i, name := range []string{"stdin", "stdout", "stderr"} {
 		unix.CloseOnExec(fds[i])
 		stdio[i] = os.NewFile(uintptr(fds[i]), "caller-"+name)
 	}
-	return stdio, nil
+	if want == 4 {
+		unix.CloseOnExec(fds[3])
+		cwd = os.NewFile(uintptr(fds[3]), "caller-cwd")
+	}
+	return buf[0], stdio, cwd, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/agent/dnsguard"
+	"github.com/bermsec/berm/cmd/internal/runcli"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 )
@@ -150,7 +151,7 @@ func run(log *slog.Logger, o options) error {
 	defer stopApprovals()
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
 	phases := daemon.NewPhaseMetrics(reg)
-	srv := &daemon.Server{Launch: svc.Launch, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
+	srv := &daemon.Server{Launch: svc.Launch, Invoke: runcli.Invoke, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)
 		logServed(log, sv)
 	}}

@@ -44,7 +44,14 @@ func Path(t testing.TB, name string) string {
 		if buildErr != nil {
 			return
 		}
-		for _, c := range []string{"berm", "berm-full", "bermd", "berm-init"} {
+		// berm is the C front (as make build builds it); the rest are Go.
+		cc := exec.Command("make", "--no-print-directory", "-s", "front", "FRONT="+filepath.Join(binDir, "berm"))
+		cc.Dir = RepoRoot()
+		if out, err := cc.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("make front: %v\n%s", err, out)
+			return
+		}
+		for _, c := range []string{"berm-front", "berm-full", "bermd", "berm-init"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
 			cmd.Dir = RepoRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {

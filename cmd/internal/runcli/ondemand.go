@@ -20,8 +20,8 @@ import (
 const DefaultIdleExit = 5 * time.Minute
 
 // daemonDefault is --daemon's default: $BERM_DAEMON (never: always the embedded agent), or auto.
-func daemonDefault() string {
-	if v := os.Getenv("BERM_DAEMON"); v != "" {
+func daemonDefault(c Caller) string {
+	if v, _ := c.LookupEnv("BERM_DAEMON"); v != "" {
 		return v
 	}
 	return "auto"

@@ -15,13 +15,7 @@ import (
 // Remote hands the call to bermd, which launches it with this process's stdio, and waits for
 // its end. SIGINT and SIGTERM are passed on: the call ends as interrupted.
 func (o *Options) Remote() int {
-	if len(o.Rules) > 0 || o.NoRules {
-		// Not silently: the caller asked for something this call will not get.
-		fmt.Fprintln(os.Stderr, "berm: warning: --rules and --no-rules are for the embedded agent; bermd evaluates its own ruleset (bermd --rules, --no-rules)")
-	}
-	if o.ApprovalWebhook != "" {
-		fmt.Fprintln(os.Stderr, "berm: warning: --approval-webhook is for the embedded agent; bermd posts to its own (bermd --approval-webhook)")
-	}
+	os.Stderr.Write(remoteWarnings(o))
 	if o.conn != nil {
 		defer o.conn.Close() // a call that is not sent
 	}
@@ -70,6 +64,19 @@ func (o *Options) Remote() int {
 		return 1
 	}
 	return o.finish(end, func() ([]byte, error) { return indentRecord(rep.Record) }, rep.ExitStatus, rep.Warning)
+}
+
+// remoteWarnings are the flags a call bermd runs does not get.
+func remoteWarnings(o *Options) []byte {
+	var b []byte
+	if len(o.Rules) > 0 || o.NoRules {
+		// Not silently: the caller asked for something this call will not get.
+		b = append(b, "berm: warning: --rules and --no-rules are for the embedded agent; bermd evaluates its own ruleset (bermd --rules, --no-rules)\n"...)
+	}
+	if o.ApprovalWebhook != "" {
+		b = append(b, "berm: warning: --approval-webhook is for the embedded agent; bermd posts to its own (bermd --approval-webhook)\n"...)
+	}
+	return b
 }
 
 // callEnd is what berm run prints about an ended call: a few fields of its record.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,9 @@ type Options struct {
 	Envs                                   []string
 	TracedNames                            []string
 	workspace                              string
+	// caller is the context the flags are read in: this process, or the one bermd parses
+	// a bare invocation for (Invoke).
+	caller Caller
 	// conn is the connection to bermd ViaDaemon found it with, for Remote.
 	conn *callproto.Conn
 }
@@ -84,11 +88,37 @@ func ParseSize(v string) (int64, error) {
 	return n * mult, nil
 }
 
+// Caller is the process berm run reads its flags for: what it prints a usage error to, its
+// environment and working directory.
+type Caller struct {
+	Stderr    io.Writer
+	LookupEnv func(string) (string, bool)
+	Getwd     func() (string, error)
+}
+
+// thisProcess is the caller when berm run is this process.
+var thisProcess = Caller{Stderr: os.Stderr, LookupEnv: os.LookupEnv, Getwd: os.Getwd}
+
+// abs is filepath.Abs in the caller's working directory.
+func (c Caller) abs(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p), nil
+	}
+	wd, err := c.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(wd, p), nil
+}
+
 // Parse reads the flags. A usage error has been printed when it returns an error.
-func Parse(args []string) (*Options, error) {
-	o := &Options{}
+func Parse(args []string) (*Options, error) { return parseFor(args, thisProcess) }
+
+func parseFor(args []string, c Caller) (*Options, error) {
+	o := &Options{caller: c}
 	r := &o.Request
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/berm", "state directory (journal)")
 	fs.StringVar(&r.Tool, "tool", "adhoc", "tool name")
 	fs.StringVar(&r.Tenant, "tenant", "default", "tenant name")
@@ -107,7 +137,7 @@ func Parse(args []string) (*Options, error) {
 	fs.Var(sizeFlag{&lim.TmpBytes}, "tmp-size", "size of the private /tmp (default: the policy's)")
 	fs.Var((*listFlag)(&o.Envs), "env", "pass NAME from the caller's environment, or set NAME=VALUE (repeatable)")
 	fs.Var((*listFlag)(&o.TracedNames), "trace-syscall", "also report this syscall one by one (repeatable)")
-	fs.StringVar(&o.Daemon, "daemon", daemonDefault(), "auto: use bermd, started on demand when none runs (not with --state-dir); running: use bermd only when it runs; never; required (default: $BERM_DAEMON, else auto)")
+	fs.StringVar(&o.Daemon, "daemon", daemonDefault(c), "auto: use bermd, started on demand when none runs (not with --state-dir); running: use bermd only when it runs; never; required (default: $BERM_DAEMON, else auto)")
 	fs.StringVar(&o.Socket, "socket", callproto.DefaultSocket, "bermd socket")
 	fs.Var((*listFlag)(&o.Rules), "rules", "detection rule files or directories (default: the shipped ruleset; repeatable; embedded agent only)")
 	fs.BoolVar(&o.NoRules, "no-rules", false, "evaluate no detection rules (embedded agent only)")
@@ -119,7 +149,7 @@ func Parse(args []string) (*Options, error) {
 	}
 	r.Argv = fs.Args()
 	if len(r.Argv) == 0 {
-		fmt.Fprintln(os.Stderr, "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]")
+		fmt.Fprintln(c.Stderr, "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]")
 		return nil, flag.ErrHelp
 	}
 	fs.Visit(func(f *flag.Flag) {
@@ -131,14 +161,14 @@ func Parse(args []string) (*Options, error) {
 		}
 	})
 	if !validDaemon(o.Daemon) {
-		fmt.Fprintf(os.Stderr, "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got %q\n", o.Daemon)
+		fmt.Fprintf(c.Stderr, "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got %q\n", o.Daemon)
 		return nil, flag.ErrHelp
 	}
 	if r.CallID == "" {
 		r.CallID = newCallID()
 	}
 	if r.PolicyFile != "" {
-		abs, err := filepath.Abs(r.PolicyFile)
+		abs, err := c.abs(r.PolicyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
@@ -194,20 +224,20 @@ func (o *Options) Resolve() (cleanup func(), err error) {
 		}
 		ws = dir
 	}
-	if ws, err = filepath.Abs(ws); err != nil {
+	if ws, err = o.caller.abs(ws); err != nil {
 		return cleanup, fmt.Errorf("workspace: %w", err)
 	}
 	// Not resolved here: the launcher resolves it once, refusing a symlink planted to
 	// redirect the call, and holds it open from then on.
 	r.Workspace = ws
-	if r.Env, err = callEnv(o.Envs, r); err != nil {
+	if r.Env, err = callEnv(o.Envs, r, o.caller.LookupEnv); err != nil {
 		return cleanup, fmt.Errorf("--env: %w", err)
 	}
 	return cleanup, nil
 }
 
 // callEnv is the tool's whole environment: a fixed base, and what the caller named.
-func callEnv(envs []string, r *callproto.Request) ([]string, error) {
+func callEnv(envs []string, r *callproto.Request, lookup func(string) (string, bool)) ([]string, error) {
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + r.Workspace,
@@ -223,7 +253,7 @@ func callEnv(envs []string, r *callproto.Request) ([]string, error) {
 			return nil, fmt.Errorf("expected NAME or NAME=VALUE, got %q", e)
 		}
 		if !set {
-			v, ok := os.LookupEnv(name)
+			v, ok := lookup(name)
 			if !ok {
 				return nil, fmt.Errorf("%s is not set in the caller's environment", name)
 			}
@@ -243,19 +273,7 @@ func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
 
 // finish is Finish, from the fields it prints and the record's --summary text.
 func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, warning string) int {
-	if warning != "" {
-		fmt.Fprintf(os.Stderr, "berm: warning: %s\n", warning)
-	}
-	if r.EndReason != event.EndExit {
-		detail := ""
-		if r.EndDetail != "" {
-			detail = " (" + r.EndDetail + ")"
-		}
-		fmt.Fprintf(os.Stderr, "berm: call %s ended: %s%s, status %d\n", r.CallID, r.EndReason, detail, status)
-	}
-	if d := r.Dropped; d.Kernel+d.User > 0 {
-		fmt.Fprintf(os.Stderr, "berm: call %s: %d events were dropped (kernel %d, agent %d)\n", r.CallID, d.Kernel+d.User, d.Kernel, d.User)
-	}
+	os.Stderr.Write(endNotes(r, status, warning))
 	if o.Summary != "" {
 		data, err := summary()
 		if err == nil {
@@ -269,4 +287,23 @@ func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, 
 		}
 	}
 	return status
+}
+
+// endNotes are the lines berm run prints about an ended call.
+func endNotes(r callEnd, status int, warning string) []byte {
+	var b []byte
+	if warning != "" {
+		b = fmt.Appendf(b, "berm: warning: %s\n", warning)
+	}
+	if r.EndReason != event.EndExit {
+		detail := ""
+		if r.EndDetail != "" {
+			detail = " (" + r.EndDetail + ")"
+		}
+		b = fmt.Appendf(b, "berm: call %s ended: %s%s, status %d\n", r.CallID, r.EndReason, detail, status)
+	}
+	if d := r.Dropped; d.Kernel+d.User > 0 {
+		b = fmt.Appendf(b, "berm: call %s: %d events were dropped (kernel %d, agent %d)\n", r.CallID, d.Kernel+d.User, d.Kernel, d.User)
+	}
+	return b
 }

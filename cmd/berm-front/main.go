@@ -1,9 +1,9 @@
-// Command berm runs AI tool calls in sandboxes and reads their audit trail.
-//
-// This binary is berm's small front: it starts once per tool call, so it links only what
-// handing a call to bermd needs (cmd/internal/runcli). Every other command, and `berm run`
-// with the agent embedded (no bermd), is berm-full's: this binary executes it from its own
-// directory, with the same arguments.
+// Command berm-front is berm's Go front, which the C front (cmd/berm) executes for what it
+// does not do itself: a terminal on stdin (the pty relay), a bermd started on demand, a
+// caller that is not root, every command but run. It links only what handing a call to
+// bermd needs (cmd/internal/runcli). Every other command, and `berm run` with the agent
+// embedded (no bermd), is berm-full's: this binary executes it from its own directory, with
+// the same arguments.
 //
 // It runs for one call and its Go runtime need not keep a goroutine that re-sizes GOMAXPROCS
 // to the cgroup's CPU quota while it waits for the call's end.

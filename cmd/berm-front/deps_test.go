@@ -19,7 +19,7 @@ func TestFrontLinksNothingHeavy(t *testing.T) {
 	deps := string(out)
 	for _, h := range heavy {
 		if strings.Contains(deps, h) {
-			t.Errorf("cmd/berm links %s", strings.TrimSpace(h))
+			t.Errorf("cmd/berm-front links %s", strings.TrimSpace(h))
 		}
 	}
 }

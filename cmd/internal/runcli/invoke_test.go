@@ -1,0 +1,118 @@
+package runcli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/agent/event"
+)
+
+// Invoke reads a bare invocation with Parse's flags in the caller's context: its environment
+// and working directory as sent, never bermd's own.
+func TestInvokeResolvesInTheCallersContext(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	link := filepath.Join(dir, "link")
+	os.MkdirAll(filepath.Join(real, "ws"), 0o755)
+	os.Symlink(real, link)
+	cwd, err := os.Open(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cwd.Close()
+	sock := filepath.Join(dir, "bermd.sock")
+	own := func(p string) bool { return p == sock }
+	os.Setenv("BERM_INVOKE_TEST_BERMD_ONLY", "bermd's")
+	defer os.Unsetenv("BERM_INVOKE_TEST_BERMD_ONLY")
+
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      []string
+		fallback bool
+		status   int
+		stderr   string
+		ws       string
+		policy   string
+		callEnv  string
+	}{
+		{name: "relative paths, $PWD naming the directory (Go's getwd)", args: []string{"--socket", sock, "--call-id", "c", "--workspace", "ws", "--policy", "p.yaml", "--env", "X", "--", "/bin/true"},
+			env: []string{"PWD=" + link, "X=caller's"}, ws: filepath.Join(link, "ws"), policy: filepath.Join(link, "p.yaml"), callEnv: "X=caller's"},
+		{name: "a stale $PWD is not used", args: []string{"--socket", sock, "--call-id", "c", "--workspace", "ws", "--", "/bin/true"},
+			env: []string{"PWD=/"}, ws: filepath.Join(real, "ws")},
+		{name: "the socket, relative", args: []string{"--socket", "../real/../bermd.sock", "--call-id", "c", "--workspace", "ws", "--", "/bin/true"},
+			env: []string{"PWD=" + real}, ws: filepath.Join(real, "ws")},
+		{name: "bermd's environment is not the caller's", args: []string{"--socket", sock, "--env", "BERM_INVOKE_TEST_BERMD_ONLY", "--", "/bin/true"},
+			status: 1, stderr: "berm: --env: BERM_INVOKE_TEST_BERMD_ONLY is not set in the caller's environment\n"},
+		{name: "a bad flag", args: []string{"--socket", sock, "--memory", "lots", "--", "/bin/true"},
+			status: 2, stderr: `berm: invalid value "lots" for flag -memory: expected a positive size like 512Mi, 1G or 65536, got "lots"` + "\n"},
+		{name: "BERM_DAEMON as the caller has it", args: []string{"--socket", sock, "--", "/bin/true"}, env: []string{"BERM_DAEMON=sometimes"},
+			status: 2, stderr: "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got \"sometimes\"\n"},
+		{name: "no command", args: []string{"--socket", sock}, status: 2, stderr: "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]\n"},
+		{name: "embedded: never", args: []string{"--socket", sock, "--daemon", "never", "--", "/bin/true"}, fallback: true},
+		{name: "embedded: BERM_DAEMON=never", args: []string{"--socket", sock, "--", "/bin/true"}, env: []string{"BERM_DAEMON=never"}, fallback: true},
+		{name: "embedded: a state dir", args: []string{"--socket", sock, "--state-dir", dir, "--", "/bin/true"}, fallback: true},
+		{name: "another bermd's socket", args: []string{"--socket", sock + "2", "--", "/bin/true"}, fallback: true},
+		{name: "the default socket, not this bermd's", args: []string{"--", "/bin/true"}, fallback: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := Invoke(&callproto.Invocation{Args: tc.args, Env: tc.env, Cwd: cwd}, own)
+			if fc.Cleanup != nil {
+				defer fc.Cleanup()
+			}
+			if fc.Fallback != tc.fallback {
+				t.Fatalf("fallback %v, want %v", fc.Fallback, tc.fallback)
+			}
+			if tc.fallback {
+				return
+			}
+			if tc.stderr != "" || tc.status != 0 {
+				if fc.Request != nil || fc.End.Status != tc.status || !strings.HasSuffix(string(fc.End.Stderr), tc.stderr) {
+					t.Fatalf("end %d %q, want %d ending %q (request %v)", fc.End.Status, fc.End.Stderr, tc.status, tc.stderr, fc.Request)
+				}
+				return
+			}
+			r := fc.Request
+			if r == nil {
+				t.Fatalf("no request: %d %q", fc.End.Status, fc.End.Stderr)
+			}
+			if r.Workspace != tc.ws || r.PolicyFile != tc.policy {
+				t.Fatalf("workspace %q policy %q, want %q %q", r.Workspace, r.PolicyFile, tc.ws, tc.policy)
+			}
+			if tc.callEnv != "" && r.Env[len(r.Env)-1] != tc.callEnv {
+				t.Fatalf("env %q, want it to end with %q", r.Env, tc.callEnv)
+			}
+		})
+	}
+}
+
+// The end of a call bermd ran: the same lines Finish prints, and the --summary bytes for the
+// front to write (bermd writes no file for it).
+func TestInvokeFinish(t *testing.T) {
+	dir := t.TempDir()
+	cwd, _ := os.Open(dir)
+	defer cwd.Close()
+	sock := filepath.Join(dir, "s")
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	fc := Invoke(&callproto.Invocation{Args: []string{"--socket", sock, "--call-id", "c1", "--workspace", ws, "--summary", "out.json", "--rules", "r", "--", "x"}, Cwd: cwd},
+		func(p string) bool { return p == sock })
+	if fc.Request == nil {
+		t.Fatalf("no request: %q", fc.End.Stderr)
+	}
+	if !strings.Contains(string(fc.Early), "--rules and --no-rules are for the embedded agent") {
+		t.Fatalf("early %q", fc.Early)
+	}
+	rec := &event.CallRecord{CallStart: event.CallStart{CallID: "c1"}, EndReason: event.EndTimeout, EndDetail: "wall time 1s", Dropped: event.Drop{Kernel: 2, User: 1}}
+	end := fc.Finish(callproto.Reply{Record: rec, ExitStatus: 137, Warning: "journal full"})
+	want := "berm: warning: journal full\nberm: call c1 ended: timeout (wall time 1s), status 137\nberm: call c1: 3 events were dropped (kernel 2, agent 1)\n"
+	if end.Status != 137 || string(end.Stderr) != want || end.SummaryPath != "out.json" || !strings.HasPrefix(string(end.Summary), "{\n  \"call_id\": \"c1\"") {
+		t.Fatalf("end %d %q %q %.40q", end.Status, end.Stderr, end.SummaryPath, end.Summary)
+	}
+	if end := fc.Finish(callproto.Reply{Error: "call id c1 is taken", ExitStatus: 125}); end.Status != 1 || string(end.Stderr) != "berm: call id c1 is taken\n" {
+		t.Fatalf("a call that did not run: %d %q", end.Status, end.Stderr)
+	}
+}
