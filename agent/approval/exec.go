@@ -219,6 +219,7 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return unix.EPERM
 	}
 	joined := strings.Join(argv[min(1, len(argv)):], " ")
+	o.exec = &execTry{id: id, argv: string(raw), path: p}
 	o.object = strings.TrimSpace(gated[0].Path + " " + joined)
 	o.rule = s.match(func(r *policy.ApprovalRule) bool {
 		for _, g := range gated {
