@@ -397,6 +397,9 @@ func (sc *scanner) approval(x *event.Approval) {
 	if sc.has(`,"by":`) {
 		x.By = sc.nonEmpty()
 	}
+	if sc.has(`,"claimed":`) {
+		x.Claimed = sc.nonEmpty()
+	}
 	if sc.has(`,"channel":`) {
 		x.Channel = sc.nonEmpty()
 	}

@@ -183,7 +183,7 @@ type op struct {
 	rule    *policy.ApprovalRule
 	perform func() (int64, unix.Errno) // the action itself, on validated arguments
 	cleanup []func()
-	jailed  bool // the thread took the tool's root, ids and domain (or tried to): never reused
+	jailed  bool     // the thread took the tool's root, ids and domain (or tried to): never reused
 	exec    *execTry // a gated program's exec: what it is, for a PATH search (pathsearch.go)
 }
 
@@ -305,9 +305,10 @@ func (s *Supervisor) gated(o *op) {
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
 		Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID}
-	req.OnRefused = func(d Decision) {
+	req.OnRefused = func(d Decision, claimed string) {
 		a := base
 		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)
+		a.Claimed = claimed
 		s.emit(o, &a)
 	}
 	abandon := make(chan struct{})
