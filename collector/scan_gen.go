@@ -501,5 +501,9 @@ func (sc *scanner) dNS(x *event.DNS) {
 	if sc.has(`,"detail":`) {
 		x.Detail = sc.nonEmpty()
 	}
+	if sc.has(`,"internal":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
+	}
 	sc.expect('}')
 }

@@ -296,6 +296,10 @@ type DNS struct {
 	TTL       uint32   `json:"ttl,omitempty"`               // the smallest TTL of the chain, seconds
 	Transport string   `json:"transport,omitempty"`         // udp or tcp
 	Detail    string   `json:"detail,omitempty"`            // why it failed, when the upstream did not answer
+	// Internal are the answer's addresses in internal ranges that no rule for the name allows
+	// (allowPrivate): withheld from the reply, or in audit mode what would have been (DNS
+	// rebinding).
+	Internal []string `json:"internal,omitempty"`
 }
 
 // Verdicts of a DNS query.
