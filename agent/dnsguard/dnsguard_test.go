@@ -467,7 +467,7 @@ func TestRebindingInAuditModeIsRecorded(t *testing.T) {
 `))
 	c.expect(t, "lo lookup udp "+nowhere+" lo.test A => NOERROR:127.0.0.1")
 	ev := c.dnsEvents()
-	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") {
+	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") || strings.Join(ev[0].Internal, " ") != "127.0.0.1" {
 		t.Errorf("events %+v", ev)
 	}
 }
