@@ -271,7 +271,11 @@ func (s *Supervisor) gated(o *op) {
 	case same:
 		a := base
 		a.ID, a.Outcome, a.Channel, a.Result = search.reqID, SameAction, ChannelBroker, -int64(unix.EPERM)
-		a.Reason = fmt.Sprintf("the same exec again by the same thread under another path (a PATH search, try %d): the %s of request %s stands", search.n+1, search.outcome, search.reqID)
+		stands := "the " + search.outcome + " of request " + search.reqID
+		if search.reqID == "" {
+			stands = "its deny as a repeat"
+		}
+		a.Reason = fmt.Sprintf("the same exec again by the same thread under another path (a PATH search, try %d): %s stands", search.n+1, stands)
 		_ = s.cfg.Exec.Revoke(o.n.PID)
 		s.emit(o, &a)
 		s.emitDenial(o)
