@@ -14,7 +14,9 @@ import (
 // ino) with the same argv bytes, by a path that thread has not tried since that deny, within
 // PathSearchWindow of the last deny of the search and at most PathSearchMax times. It is
 // denied at once, with no request and no alert (outcome SameAction, and an approval-surface
-// denial): the decision already made stands. Any other exec of the thread ends the search.
+// denial): the decision already made stands. Any other exec of the thread ends the search,
+// except one of no file (the PATH directories without the program, which fail with ENOENT
+// and run nothing).
 // A real repeat still alerts: the same path again (a loop retrying), another thread or
 // process (the shell asked again for its next command: a new child), or after the window.
 //

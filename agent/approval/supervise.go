@@ -185,6 +185,7 @@ type op struct {
 	cleanup []func()
 	jailed  bool     // the thread took the tool's root, ids and domain (or tried to): never reused
 	exec    *execTry // a gated program's exec: what it is, for a PATH search (pathsearch.go)
+	absent  bool     // an exec of no file (ENOENT): a PATH search's miss, nothing runs
 }
 
 func (o *op) close() {
@@ -219,9 +220,9 @@ func (s *Supervisor) handle(n *notif) {
 		s.reply(o, 0, errno)
 		return
 	}
-	if o.action == policy.ApproveExec && o.rule == nil {
+	if o.action == policy.ApproveExec && o.rule == nil && !o.absent {
 		s.mu.Lock()
-		s.continuesSearch(o.n.PID, nil, time.Time{}) // another exec: the thread's search is over
+		s.continuesSearch(o.n.PID, nil, time.Time{}) // another program: the thread's search is over
 		s.mu.Unlock()
 	}
 	if o.rule == nil {
