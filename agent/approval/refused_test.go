@@ -56,8 +56,8 @@ func TestRefusedDecisionsRecordedAndCounted(t *testing.T) {
 		who     string
 		claimed string
 	}{
-		{eveTok, "", http.StatusForbidden, "eve", ""},          // not an approver of the rule
-		{eveTok, "bob", http.StatusForbidden, "eve", "bob"},    // claims an approver's name
+		{eveTok, "", http.StatusForbidden, "eve", ""},           // not an approver of the rule
+		{eveTok, "bob", http.StatusForbidden, "eve", "bob"},     // claims an approver's name
 		{"not-a-token", "bob", http.StatusUnauthorized, "", ""}, // nobody: counted only
 	} {
 		if code := post(tc.tok, DecideBody{Decision: "approve", By: tc.by, Reason: "let me"}); code != tc.code {
