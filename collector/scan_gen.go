@@ -397,6 +397,9 @@ func (sc *scanner) approval(x *event.Approval) {
 	if sc.has(`,"by":`) {
 		x.By = sc.nonEmpty()
 	}
+	if sc.has(`,"claimed":`) {
+		x.Claimed = sc.nonEmpty()
+	}
 	if sc.has(`,"channel":`) {
 		x.Channel = sc.nonEmpty()
 	}
@@ -497,6 +500,10 @@ func (sc *scanner) dNS(x *event.DNS) {
 	}
 	if sc.has(`,"detail":`) {
 		x.Detail = sc.nonEmpty()
+	}
+	if sc.has(`,"internal":`) {
+		_, n := sc.strs(false)
+		sc.check(n > 0)
 	}
 	sc.expect('}')
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/testenv/bermbin"
+	"github.com/bermsec/berm/testenv/dnstest"
 	"github.com/bermsec/berm/testenv/testutil"
 )
 
@@ -54,6 +55,9 @@ type e2eCase struct {
 	flags  []string // berm run flags
 	policy string   // a policy file's text, given with --policy
 	cmd    []string
+	// upstream, when set, is the zone of a DNS server the test runs as the call's resolver's
+	// upstream (--dns-upstream).
+	upstream dnstest.Zone
 }
 
 // dnsPolicy gives the call the host's network, filtered, with a domain rule: its DNS goes to
@@ -139,6 +143,9 @@ var e2eCases = []e2eCase{
 	{rule: "dns-tunnel-high-entropy", policy: dnsPolicy, cmd: lookups("['x7k2p9q4m1v8z3b6n5c0w2r7t4y9.files.example']")},
 	{rule: "dns-tunnel-many-subdomains", policy: dnsPolicy, cmd: lookups("['c%d.t.evil.example' % i for i in range(60)]")},
 	{rule: "dns-unresolved-connect", policy: dnsPolicy, cmd: pySyscall("s = socket.socket()\nattempt(lambda: s.connect(('127.0.0.1', 9)))\n")},
+	// allowed.test answered with a loopback address: withheld, and the attempt alerts.
+	{rule: "dns-rebinding", policy: dnsPolicy, cmd: lookups("['allowed.test']"),
+		upstream: dnstest.Zone{"allowed.test": {dnstest.A("allowed.test", "127.0.0.1", 60), dnstest.A("allowed.test", "10.0.0.7", 60)}}},
 }
 
 // Every shipped rule has an end-to-end case, and every case names a shipped rule.
@@ -238,6 +245,9 @@ func TestE2EShippedRules(t *testing.T) {
 					t.Fatal(err)
 				}
 				flags = append([]string{"--policy", path}, flags...)
+			}
+			if c.upstream != nil {
+				flags = append([]string{"--dns-upstream", dnstest.Start(t, c.upstream).Addr}, flags...)
 			}
 			events := runCall(t, bin, stateDir, callID, flags, c.cmd)
 			bySeq := map[uint64]*event.Event{}

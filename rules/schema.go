@@ -178,6 +178,9 @@ var variables = []struct {
 			return types.NewStringList(types.DefaultTypeAdapter, v.(*event.DNS).Answers)
 		}},
 		field{"transport", types.StringType, str(func(v any) string { return v.(*event.DNS).Transport })},
+		field{"internal", types.NewListType(types.StringType), func(v any) ref.Val {
+			return types.NewStringList(types.DefaultTypeAdapter, v.(*event.DNS).Internal)
+		}},
 	)},
 	{"drop", event.KindDrop, newObjType("berm.Drop",
 		field{"kernel", types.IntType, num(func(v any) int64 { return int64(v.(*event.Drop).Kernel) })},

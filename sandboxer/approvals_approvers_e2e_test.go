@@ -116,9 +116,15 @@ spec:
 	}
 	var got []string
 	for _, e := range approvalEvents(bermbin.Timeline(t, state, "approvers").Events) {
-		got = append(got, e.Outcome+":"+e.By)
+		s := e.Outcome + ":" + e.By
+		if e.Claimed != "" {
+			s += "(claimed " + e.Claimed + ")"
+		}
+		got = append(got, s)
 	}
-	if want := "requested:,refused:mallory,refused:eve,approved:night-shift"; strings.Join(got, ",") != want {
+	// Every refused attempt of an identity is in the trail, the impersonation too (who the
+	// token is, and the name claimed); the attempt with no identity is only counted.
+	if want := "requested:,refused:mallory,refused:eve,refused:eve(claimed night-shift),approved:night-shift"; strings.Join(got, ",") != want {
 		t.Fatalf("trail %v, want %s", got, want)
 	}
 }

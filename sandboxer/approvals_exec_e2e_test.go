@@ -137,8 +137,8 @@ func TestApprovalExecHeld(t *testing.T) {
 				}
 			}
 			// A shell that is refused tries the next directory of its PATH (/bin/touch, the
-			// same file): a repeat of the action just denied, denied at once.
-			if !regexp.MustCompile("^requested," + want + "(,repeat)*$").MatchString(strings.Join(outcomes, ",")) {
+			// same file): the same action, denied at once, no repeat (pathsearch.go).
+			if !regexp.MustCompile("^requested," + want + "(,same-action)*$").MatchString(strings.Join(outcomes, ",")) {
 				t.Errorf("outcomes %v", outcomes)
 			}
 			if got := tl.Call.Record.Denials[event.SurfaceApproval]; (tc.decide == "approve") != (got == 0) {
@@ -319,5 +319,77 @@ func TestApprovalExecThroughTheLoaderRefused(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no loader denial in the trail: %+v", execDenials(tl.Events))
+	}
+}
+
+// A shell refused /usr/bin/touch tries the next directory of its PATH (/bin/touch: the same
+// file on merged /usr): that is the same action, denied at once with no new request and no
+// retry alert. A real repeat still alerts: the shell's next command (a new child asking
+// again) and a loop retrying the same path in one thread.
+func TestApprovalExecPathSearchIsNotARetry(t *testing.T) {
+	bermbin.RequireRoot(t)
+	loop := `import os
+for i in range(2):
+    try:
+        os.execv("/usr/bin/touch", ["touch", "drop-1"])
+    except OSError as e:
+        print("refused", e.errno, flush=True)
+`
+	for _, tc := range []struct {
+		name     string
+		argv     []string
+		outcomes string // the approval events, in order
+		alerts   int
+	}{
+		// dash (sh) searches PATH: /usr/bin/touch, then /bin/touch, which is the same file.
+		{"path-search", []string{"sh", "-c", "touch drop-1; echo drop=$?"}, "^requested,denied(,same-action)+$", 0},
+		{"next-command", []string{"sh", "-c", "touch drop-1; touch drop-1; echo drop=$?"}, "^requested,denied(,same-action)+,repeat(,same-action)+$", 1},
+		{"same-path-loop", []string{"python3", "-c", loop}, "^requested,denied,repeat$", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newApprovals(t)
+			state := t.TempDir()
+			ws := bermbin.Workspace(t)
+			os.Chown(ws, 65534, 65534)
+			call := "exec-search-" + tc.name
+			done := startRun(t, a.env, append([]string{"--state-dir", state, "--call-id", call, "--workspace", ws,
+				"--policy", writeExecPolicy(t, "60s"), "--"}, tc.argv...)...)
+			asked := 0
+			for {
+				p, ok := a.pending(t, call, done)
+				if !ok {
+					break
+				}
+				asked++
+				if err := a.client.Decide(p[0].ID, false, "tester", "no"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-done
+			t.Logf("exit %d: %q %q", r.Exit, r.Stdout, r.Stderr)
+			if asked != 1 {
+				t.Errorf("%d requests, want 1", asked)
+			}
+			if _, err := os.Stat(filepath.Join(ws, "drop-1")); err == nil {
+				t.Error("the denied exec ran")
+			}
+			tl := bermbin.Timeline(t, state, call)
+			var outcomes []string
+			alerts := 0
+			for _, e := range tl.Events {
+				if e.Approval != nil {
+					outcomes = append(outcomes, e.Approval.Outcome)
+				}
+				if e.Alert != nil && e.Alert.RuleID == "approval-retry" {
+					alerts++
+				}
+			}
+			if !regexp.MustCompile(tc.outcomes).MatchString(strings.Join(outcomes, ",")) || alerts != tc.alerts {
+				t.Errorf("outcomes %v with %d retry alerts; want %s with %d", outcomes, alerts, tc.outcomes, tc.alerts)
+			}
+			if d := execDenials(tl.Events); len(d) != 0 {
+				t.Errorf("the exec hook killed an exec: %+v", d[0])
+			}
+		})
 	}
 }

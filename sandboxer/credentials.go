@@ -76,6 +76,9 @@ func (l *launch) mintCredentials() error {
 				return fmt.Errorf("credential %s: delivery file %s: its directory gets a tmpfs of its own, and it overlaps the workspace or /tmp", c.Name, f)
 			}
 		}
+		if err := l.intendRevoke(c); err != nil {
+			return fmt.Errorf("credential %s: %w", c.Name, err)
+		}
 		value, err := l.readSource(c)
 		if err != nil {
 			return fmt.Errorf("credential %s: %w", c.Name, err)

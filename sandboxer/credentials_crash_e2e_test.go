@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,4 +120,68 @@ func TestCredentialRevokedAfterTheLauncherCrashed(t *testing.T) {
 	if strings.Contains(string(got), string(secret)) {
 		t.Fatal("the replayed revoke got the secret")
 	}
+}
+
+// The launcher is SIGKILLed while a credential's minting command runs, after it printed the
+// secret: the window between the mint and a fingerprinted pending revoke. The revoke's intent
+// was on disk before the mint started (the minting command sees it), so the next launcher
+// runs the revoke, once, with the call's ids, an empty fingerprint (never computed) and no
+// secret; the call never began, so no trail gets it.
+func TestCredentialRevokedWhenTheLauncherDiedMinting(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	dir := t.TempDir()
+	log, minted, pidFile := filepath.Join(dir, "broker.log"), filepath.Join(dir, "minted"), filepath.Join(dir, "mint.pid")
+	pdir := filepath.Join(state, "credentials", "revokes")
+	mint := writeScript(t, `ls `+pdir+`/*.json >/dev/null 2>&1 && intent=yes || intent=no
+v="minted-$(head -c 9 /dev/urandom | od -An -tx1 | tr -d ' \n')"; echo "$v"
+echo $$ > `+pidFile+`; echo "$v intent=$intent" > `+minted+`
+exec sleep 60
+`)
+	t.Cleanup(func() {
+		if pid, err := os.ReadFile(pidFile); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(pid))); err == nil {
+				syscall.Kill(n, syscall.SIGKILL)
+			}
+		}
+	})
+	revoke := writeScript(t, `v=$(cat); echo "revoke $BERM_CALL_ID $BERM_TENANT $BERM_TOOL fp=[$BERM_SECRET_FINGERPRINT] restart=$BERM_REVOKE_AFTER_RESTART stdin=[$v]" >> `+log+"\n")
+	pol := credPolicy(t, fmt.Sprintf(`  credentials:
+    - name: db
+      source: {exec: [%s]}
+      deliver: {env: DB}
+      revoke: {exec: [%s]}
+`, mint, revoke))
+	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--state-dir", state, "--no-rules", "--policy", pol, "--call-id", "minting", "--tool", "minter",
+		"--tenant", "t1", "--workspace", ws, "--", "true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFile(t, minted)
+	got, _ := os.ReadFile(minted)
+	secret, intent, _ := strings.Cut(strings.TrimSpace(string(got)), " ")
+	if intent != "intent=yes" {
+		t.Errorf("the minting command ran before its revoke's intent was on disk: %q", got)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	for _, id := range []string{"after-1", "after-2"} {
+		if r := run(t, state, "--call-id", id, "--workspace", bermbin.Workspace(t), "--", "true"); r.Exit != 0 {
+			t.Fatalf("%s: %+v", id, r)
+		}
+	}
+	out, _ := os.ReadFile(log)
+	if want := "revoke minting t1 minter fp=[] restart=1 stdin=[]\n"; string(out) != want {
+		t.Fatalf("broker log after two restarts:\n%q\nwant exactly once:\n%q", out, want)
+	}
+	if files, _ := filepath.Glob(filepath.Join(pdir, "*")); len(files) != 0 {
+		t.Errorf("pending revoke files left: %v", files)
+	}
+	if len(secret) < 10 {
+		t.Fatalf("the minted secret was not captured: %q", secret)
+	}
+	assertAbsent(t, state, secret)
 }

@@ -1,6 +1,8 @@
 package sandboxer
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 // A credential's revoke must run even when its launcher does not live to the call's end
@@ -26,11 +29,22 @@ import (
 // A replayed revoke cannot have the secret on its stdin (it was never written down): it gets
 // an empty stdin and BERM_REVOKE_AFTER_RESTART=1, and must revoke by BERM_SECRET_FINGERPRINT
 // and the call's ids (a broker keeps what it minted per call).
+//
+// The intent comes first: a credential's entry (call id, tenant, tool, name, revoke command)
+// is written, locked and synced before its minting command starts, so a launcher killed at
+// any point after the mint began leaves a revoke to replay. Its fingerprint and the call's key
+// are filled in once the value is minted and the call has begun. A launcher killed in between
+// (the mint running, or its output not yet fingerprinted) leaves an entry without them: the
+// replayed revoke then gets BERM_SECRET_FINGERPRINT empty and must revoke what it minted for
+// BERM_CALL_ID (and tenant, tool); nothing goes to a trail, since the call never began (the
+// replay is in the launcher's log). Such a revoke may come for a mint that never finished:
+// a broker's revoke must take "nothing minted for this call" as done.
 
 const pendingRevokesDir = "credentials/revokes"
 
 type pendingRevoke struct {
-	Name        string   `json:"name"`
+	Name string `json:"name"`
+	// Fingerprint is empty while the credential is being minted (see above).
 	Fingerprint string   `json:"fingerprint"`
 	Revoke      []string `json:"revoke"`
 	RunAs       string   `json:"run_as,omitempty"`
@@ -41,7 +55,7 @@ type pendingRevoke struct {
 }
 
 type pendingRevokeFile struct {
-	CallKey string          `json:"call_key"`
+	CallKey string          `json:"call_key"` // empty until the call began
 	CallID  string          `json:"call_id"`
 	Tenant  string          `json:"tenant"`
 	Tool    string          `json:"tool"`
@@ -56,54 +70,86 @@ type pendingRevokes struct {
 	rec  pendingRevokeFile
 }
 
-// persistRevokes writes the call's pending revokes before its tool starts. A call whose
-// revokes cannot be kept does not start: a crash would leave its credentials live.
-func (l *launch) persistRevokes(stateDir string) error {
-	rf := pendingRevokeFile{CallKey: l.callKey, CallID: l.spec.CallID, Tenant: l.spec.Tenant, Tool: l.spec.Tool}
-	for _, c := range l.creds {
-		if len(c.cred.Revoke) == 0 {
-			continue
-		}
-		ttl := c.cred.TTL
-		if ttl == 0 {
-			ttl = l.spec.Limits.WallTime
-		}
-		rf.Creds = append(rf.Creds, pendingRevoke{Name: c.cred.Name, Fingerprint: c.fp, Revoke: c.cred.Revoke, RunAs: c.cred.RunAs,
-			TTLSeconds: int64(ttl.Seconds()), Expires: time.Now().Add(ttl)})
-	}
-	if len(rf.Creds) == 0 {
+// intendRevoke puts credential c's revoke in the call's file before its source is read (its
+// minting command runs): a credential whose revoke cannot be kept is not minted, and the call
+// does not start.
+func (l *launch) intendRevoke(c policy.Credential) error {
+	if len(c.Revoke) == 0 {
 		return nil
 	}
+	if l.stateDir == "" {
+		return errors.New("pending revokes: this launcher has no state directory")
+	}
+	if l.pending == nil {
+		pr, err := openPendingRevokes(l.stateDir, pendingRevokeFile{CallID: l.spec.CallID, Tenant: l.spec.Tenant, Tool: l.spec.Tool})
+		if err != nil {
+			return err
+		}
+		l.pending = pr
+	}
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = l.spec.Limits.WallTime
+	}
+	p := l.pending
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rec.Creds = append(p.rec.Creds, pendingRevoke{Name: c.Name, Revoke: c.Revoke, RunAs: c.RunAs,
+		TTLSeconds: int64(ttl.Seconds()), Expires: time.Now().Add(ttl)})
+	return p.write()
+}
+
+// openPendingRevokes makes a call's file, named before the call has its key, and locks it.
+func openPendingRevokes(stateDir string, rf pendingRevokeFile) (*pendingRevokes, error) {
 	dir := filepath.Join(stateDir, pendingRevokesDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("pending revokes: %w", err)
+		return nil, fmt.Errorf("pending revokes: %w", err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("pending revokes: %w", err)
+		return nil, fmt.Errorf("pending revokes: %w", err)
 	}
-	p := filepath.Join(dir, rf.CallKey+".json")
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	p := filepath.Join(dir, "call-"+hex.EncodeToString(rnd[:])+".json")
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("pending revokes: %w", err)
+		return nil, fmt.Errorf("pending revokes: %w", err)
 	}
 	// Locked before anything is in it: a launcher starting now sees a held file, not a
 	// crashed call's.
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		f.Close()
 		os.Remove(p)
-		return fmt.Errorf("pending revokes: lock %s: %w", p, err)
-	}
-	pr := &pendingRevokes{f: f, path: p, rec: rf}
-	if err := pr.write(); err != nil {
-		pr.close()
-		return err
+		return nil, fmt.Errorf("pending revokes: lock %s: %w", p, err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	l.pending = pr
-	return nil
+	return &pendingRevokes{f: f, path: p, rec: rf}, nil
+}
+
+// persistRevokes fills in the call's key and each minted credential's fingerprint, once the
+// call began and its credentials were issued.
+func (l *launch) persistRevokes() error {
+	p := l.pending
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f == nil {
+		return nil
+	}
+	p.rec.CallKey = l.callKey
+	for i := range p.rec.Creds {
+		for _, c := range l.creds {
+			if c.cred.Name == p.rec.Creds[i].Name {
+				p.rec.Creds[i].Fingerprint = c.fp
+			}
+		}
+	}
+	return p.write()
 }
 
 func (p *pendingRevokes) write() error {
@@ -222,8 +268,9 @@ func replayRevokeFile(j lateJournal, p string, log *slog.Logger) error {
 	if err == nil {
 		err = json.Unmarshal(data, &rec)
 	}
-	if err != nil || rec.CallKey == "" {
-		// Written by a launcher that died before the file was whole: nothing in it to run.
+	if err != nil || rec.CallID == "" {
+		// Written by a launcher that died before the file was whole: nothing in it to run
+		// (an entry is written before its credential's mint starts).
 		log.Error("pending credential revokes: unreadable, removed", "file", p, "err", err)
 		return os.Remove(p)
 	}
@@ -236,7 +283,7 @@ func replayRevokeFile(j lateJournal, p string, log *slog.Logger) error {
 		if _, err := credentialCmd(c.Revoke, nil, c.RunAs, env); err != nil {
 			result = err.Error()
 		}
-		log.Info("credential revoked after a restart", "call_key", rec.CallKey, "credential", c.Name, "fingerprint", c.Fingerprint, "result", result)
+		log.Info("credential revoked after a restart", "call_key", rec.CallKey, "call", rec.CallID, "tenant", rec.Tenant, "credential", c.Name, "fingerprint", c.Fingerprint, "result", result)
 		evs = append(evs, event.Event{Time: time.Now(), Kind: event.KindCredential, Credential: &event.Credential{
 			Name: c.Name, Action: event.CredentialRevoked, Fingerprint: c.Fingerprint, Result: result, Where: "after restart"}})
 		// Out of the file at once: a replayer that dies now does not run it a second time.
@@ -244,7 +291,8 @@ func replayRevokeFile(j lateJournal, p string, log *slog.Logger) error {
 			return err
 		}
 	}
-	if len(evs) == 0 {
+	if len(evs) == 0 || rec.CallKey == "" {
+		// No call began (killed while minting): the launcher's log has the revokes.
 		pr.close()
 		return nil
 	}

@@ -89,3 +89,29 @@ func TestReplayRevokes(t *testing.T) {
 		t.Fatalf("after its launcher went: %q %+v", got, j["k2"])
 	}
 }
+
+// A launcher killed while a credential was minting left its intent: no call key (the call
+// never began) and no fingerprint. The replay runs the revoke with the call's ids and an empty
+// fingerprint, journals nothing (no trail to put it in) and removes the file.
+func TestReplayRevokeOfAMintInterrupted(t *testing.T) {
+	state, tmp := t.TempDir(), t.TempDir()
+	dir := filepath.Join(state, pendingRevokesDir)
+	os.MkdirAll(dir, 0o700)
+	log := filepath.Join(tmp, "log")
+	script := filepath.Join(tmp, "revoke.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\nv=$(cat); echo \"$BERM_CALL_ID $BERM_TENANT $BERM_TOOL fp=[$BERM_SECRET_FINGERPRINT] $BERM_REVOKE_AFTER_RESTART [$v]\" >> "+log+"\n"), 0o700)
+	data, _ := json.Marshal(pendingRevokeFile{CallID: "c1", Tenant: "t1", Tool: "tool1", Creds: []pendingRevoke{{Name: "db", Revoke: []string{script}, TTLSeconds: 60}}})
+	p := filepath.Join(dir, "call-0011223344556677.json")
+	os.WriteFile(p, data, 0o600)
+	j := lateEvents{}
+	replayRevokes(state, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if got, _ := os.ReadFile(log); string(got) != "c1 t1 tool1 fp=[] 1 []\n" {
+		t.Fatalf("revokes run: %q", got)
+	}
+	if len(j) != 0 {
+		t.Errorf("journalled for a call that never began: %+v", j)
+	}
+	if _, err := os.Stat(p); err == nil {
+		t.Error("the intent file is left")
+	}
+}

@@ -11,6 +11,9 @@ import (
 // Recorder traces calls: the agent loaded in this process (the embedded default, or bermd's).
 type Recorder interface {
 	Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error)
+	// StateDir is the node's state directory: a call's pending revokes are written there
+	// before its credentials are minted, before it begins.
+	StateDir() string
 }
 
 // CallRecorder is one call being traced.
@@ -33,6 +36,8 @@ type CallRecorder interface {
 
 // Local records with an in-process agent.
 type Local struct{ Agent *agent.Agent }
+
+func (l Local) StateDir() string { return l.Agent.StateDir() }
 
 func (l Local) Begin(start event.CallStart, opts agent.CallOptions) (CallRecorder, error) {
 	c, err := l.Agent.Begin(start, opts)

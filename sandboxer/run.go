@@ -211,8 +211,9 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	// Credentials are minted before the call begins: their values take themselves out of its
 	// command line before that is journalled.
-	l := &launch{spec: spec, cg: sb.cg, env: env, quota: quota}
+	l := &launch{spec: spec, cg: sb.cg, env: env, quota: quota, stateDir: rec.StateDir()}
 	mintErr := l.mintCredentials()
+	defer l.pending.close()
 	defer l.forgetCredentials()
 	var argvLeaks []secrets.Literal
 	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
@@ -231,9 +232,8 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		mintErr = l.issueCredentials(call.Secrets(), argvLeaks)
 	}
 	if mintErr == nil {
-		mintErr = l.persistRevokes(call.StateDir())
+		mintErr = l.persistRevokes()
 	}
-	defer l.pending.close()
 	if err := mintErr; err != nil {
 		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
 		_ = l.cg.KillAndWait(5 * time.Second)
@@ -296,7 +296,9 @@ type launch struct {
 	creds   []*issued
 	callKey string
 	// pending: the call's revokes on disk while it runs, for a launcher that outlives a crash
-	pending *pendingRevokes
+	// (written in stateDir, the node's, before the first mint)
+	pending  *pendingRevokes
+	stateDir string
 
 	// sup is the call's approval supervisor once it runs: told first why berm ends the call,
 	// so a request the end abandons says why.

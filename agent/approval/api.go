@@ -68,6 +68,12 @@ func Handler(b *Broker, token string) http.Handler {
 		}
 		by, err := identify(r, b.approvers, token, body.By)
 		if err != nil {
+			var imp *impersonation
+			if errors.As(err, &imp) {
+				b.Refuse(r.PathValue("id"), body.Decision == "approve", imp.who, imp.claimed, ChannelAPI, body.Reason)
+			} else {
+				b.Unauthenticated(ChannelAPI)
+			}
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
@@ -83,6 +89,9 @@ func Handler(b *Broker, token string) http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !authenticated(r, b.approvers, token) {
+			if r.Method == http.MethodPost {
+				b.Unauthenticated(ChannelAPI)
+			}
 			http.Error(w, "a bearer token (the root-only token file, or an approver's own) or the unix user of a listed approver is required", http.StatusUnauthorized)
 			return
 		}
@@ -152,9 +161,16 @@ func identify(r *http.Request, a *Approvers, token, claimed string) (string, err
 		return "", errors.New("no approver identity")
 	}
 	if claimed != "" && claimed != who {
-		return "", fmt.Errorf("you are %s, not %s: only root names who decides", who, claimed)
+		return "", &impersonation{who: who, claimed: claimed}
 	}
 	return who, nil
+}
+
+// impersonation is a decision by a token or unix user claiming another's name.
+type impersonation struct{ who, claimed string }
+
+func (e *impersonation) Error() string {
+	return fmt.Sprintf("you are %s, not %s: only root names who decides", e.who, e.claimed)
 }
 
 // LoadToken reads the API token, creating it (32 random bytes, hex) when the file is absent.

@@ -53,9 +53,10 @@ type Request struct {
 	Created   time.Time `json:"created"`
 	Deadline  time.Time `json:"deadline"`
 
-	// OnRefused, when set, records a decision refused because its maker is not one of the
-	// rule's approvers (the supervisor puts it in the call's trail).
-	OnRefused func(d Decision) `json:"-"`
+	// OnRefused, when set, records a decision attempt refused: its maker is not one of the
+	// rule's approvers, or claimed a name not theirs (claimed) (the supervisor puts it in the
+	// call's trail).
+	OnRefused func(d Decision, claimed string) `json:"-"`
 
 	done chan Decision
 }
@@ -218,14 +219,55 @@ func (b *Broker) Decide(id string, approve bool, by, channel, reason string) err
 	}
 	if !b.approvers.May(by, r.Approvers) {
 		err := fmt.Errorf("approval %s: %s may not decide it: rule %s names approvers %s: %w", id, by, r.Rule, strings.Join(r.Approvers, ", "), ErrNotApprover)
-		b.log.Warn("approval decision refused", "id", id, "call", r.CallID, "by", by, "channel", channel, "outcome", outcome, "rule", r.Rule)
-		if r.OnRefused != nil {
-			r.OnRefused(Decision{Outcome: Refused, By: by, Channel: channel, Reason: fmt.Sprintf("would have %s (%s); %s may not decide rule %s", outcome, reason, by, r.Rule),
-				Latency: time.Since(r.Created)})
-		}
+		b.refused(r, RefusedNotApprover, Decision{Outcome: Refused, By: by, Channel: channel,
+			Reason: fmt.Sprintf("would have %s (%s); %s may not decide rule %s", outcome, reason, by, r.Rule)}, "")
 		return err
 	}
 	return b.decide(id, Decision{Outcome: outcome, By: by, Channel: channel, Reason: reason})
+}
+
+// Why a decision attempt was refused (the berm_approval_refused_decisions_total reason).
+const (
+	RefusedNotApprover     = "not-approver"    // an identity the request's rule does not name
+	RefusedImpersonation   = "impersonation"   // a token or unix user claiming another's name
+	RefusedUnauthenticated = "unauthenticated" // no token and no approver's unix user: nobody to record
+)
+
+// Refuse records a decision attempt on request id refused because its maker claimed a name
+// that is not theirs: who is who the token or socket peer is, claimed the name they gave. An
+// id that names no pending request is only counted (there is no call's trail to put it in).
+func (b *Broker) Refuse(id string, approve bool, who, claimed, channel, reason string) {
+	outcome := Denied
+	if approve {
+		outcome = Approved
+	}
+	b.mu.Lock()
+	r := b.pending[id]
+	b.mu.Unlock()
+	d := Decision{Outcome: Refused, By: who, Channel: channel,
+		Reason: fmt.Sprintf("would have %s (%s); %s claimed to be %s: only root names who decides", outcome, reason, who, claimed)}
+	b.refused(r, RefusedImpersonation, d, claimed)
+}
+
+// Unauthenticated counts a decision attempt with no identity: not recorded in any call's
+// trail (anyone who can reach the socket could fill trails with it), only counted.
+func (b *Broker) Unauthenticated(channel string) {
+	b.metrics.refused.WithLabelValues(channel, RefusedUnauthenticated).Inc()
+}
+
+// refused records a refused decision attempt about r (nil: no pending request) in its
+// call's trail and counts it.
+func (b *Broker) refused(r *Request, why string, d Decision, claimed string) {
+	b.metrics.refused.WithLabelValues(d.Channel, why).Inc()
+	if r == nil {
+		b.log.Warn("approval decision refused", "by", d.By, "claimed", claimed, "channel", d.Channel, "why", why)
+		return
+	}
+	d.Latency = time.Since(r.Created)
+	b.log.Warn("approval decision refused", "id", r.ID, "call", r.CallID, "by", d.By, "claimed", claimed, "channel", d.Channel, "why", why, "rule", r.Rule)
+	if r.OnRefused != nil {
+		r.OnRefused(d, claimed)
+	}
 }
 
 func (b *Broker) decide(id string, d Decision) error {

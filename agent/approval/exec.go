@@ -186,7 +186,9 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	}
 	if err != nil {
 		// The kernel's exec fails the same way, or finds a file put there since: if that is
-		// a gated program, the exec hook kills it (no entry).
+		// a gated program, the exec hook kills it (no entry). A PATH search's miss (a
+		// directory without the program) does not end the thread's search.
+		o.absent = true
 		return 0
 	}
 	id := statID(&st)
@@ -219,6 +221,7 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return unix.EPERM
 	}
 	joined := strings.Join(argv[min(1, len(argv)):], " ")
+	o.exec = &execTry{id: id, argv: string(raw), path: p}
 	o.object = strings.TrimSpace(gated[0].Path + " " + joined)
 	o.rule = s.match(func(r *policy.ApprovalRule) bool {
 		for _, g := range gated {

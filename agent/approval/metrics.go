@@ -14,6 +14,7 @@ const RubberStamp = 2 * time.Second
 type metrics struct {
 	requests  prometheus.Counter
 	decisions *prometheus.CounterVec
+	refused   *prometheus.CounterVec // decision attempts refused, by channel and why
 	latency   prometheus.Histogram
 	quick     prometheus.Counter // decided by a person in under RubberStamp
 	byPerson  prometheus.Counter // decided by a person at all
@@ -28,6 +29,8 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 			Help: "Actions held for a person's decision."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berm_approval_decisions_total",
 			Help: "Approval requests ended, by outcome (approved, denied, timeout, ended, repeat)."}, []string{"outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "berm_approval_refused_decisions_total",
+			Help: "Decision attempts refused, by channel and reason (not-approver, impersonation, unauthenticated)."}, []string{"channel", "reason"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "berm_approval_decision_seconds",
 			Help:    "Time from an approval request to its decision by a person (timeouts excluded).",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900}}),
@@ -41,6 +44,11 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 	for _, o := range []string{Approved, Denied, Timeout, Ended, Repeated} {
 		m.decisions.WithLabelValues(o)
 	}
+	for _, c := range []string{ChannelAPI, ChannelPrompt} {
+		for _, why := range []string{RefusedNotApprover, RefusedImpersonation, RefusedUnauthenticated} {
+			m.refused.WithLabelValues(c, why)
+		}
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -50,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 	})
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berm_approvals_pending",
 		Help: "Approval requests waiting for a decision."}, pending)
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.latency, m.quick, m.byPerson, share, gauge} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.refused, m.latency, m.quick, m.byPerson, share, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -73,6 +73,9 @@ type Supervisor struct {
 	execIDs map[*policy.ApprovalRule]fileID
 	// loaders are the gated programs' dynamic loaders (gated too: run directly, refused).
 	loaders map[fileID]string
+	// searches are threads whose gated exec was just denied, by thread id: their shell's
+	// PATH search is the same action (pathsearch.go).
+	searches map[uint32]*pathSearch
 }
 
 // MaxInFlight bounds the held syscalls one call's supervisor handles at once.
@@ -94,7 +97,7 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 		return nil, err
 	}
 	s := &Supervisor{cfg: cfg, fd: int(cfg.Listener.Fd()), stopR: r, stopW: w, ended: make(chan struct{}), slots: make(chan struct{}, MaxInFlight),
-		covered: map[string]int64{}, denied: map[string]time.Time{}, loaders: map[fileID]string{}}
+		covered: map[string]int64{}, denied: map[string]time.Time{}, loaders: map[fileID]string{}, searches: map[uint32]*pathSearch{}}
 	s.loop.Add(1)
 	go s.run()
 	return s, nil
@@ -180,7 +183,9 @@ type op struct {
 	rule    *policy.ApprovalRule
 	perform func() (int64, unix.Errno) // the action itself, on validated arguments
 	cleanup []func()
-	jailed  bool // the thread took the tool's root, ids and domain (or tried to): never reused
+	jailed  bool     // the thread took the tool's root, ids and domain (or tried to): never reused
+	exec    *execTry // a gated program's exec: what it is, for a PATH search (pathsearch.go)
+	absent  bool     // an exec of no file (ENOENT): a PATH search's miss, nothing runs
 }
 
 func (o *op) close() {
@@ -215,6 +220,11 @@ func (s *Supervisor) handle(n *notif) {
 		s.reply(o, 0, errno)
 		return
 	}
+	if o.action == policy.ApproveExec && o.rule == nil && !o.absent {
+		s.mu.Lock()
+		s.continuesSearch(o.n.PID, nil, time.Time{}) // another program: the thread's search is over
+		s.mu.Unlock()
+	}
 	if o.rule == nil {
 		// No rule gates it: the supervisor still performs it (the kernel must not re-read the
 		// pointer it was checked on), at once.
@@ -246,14 +256,32 @@ func (s *Supervisor) gated(o *op) {
 	key := o.action + "\x00" + o.object
 	base := event.Approval{Action: o.action, Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers}
 	s.mu.Lock()
+	var search *pathSearch
+	same := false
+	if o.action == policy.ApproveExec {
+		search, same = s.continuesSearch(o.n.PID, o.exec, time.Now())
+	}
 	at, repeat := s.denied[key]
-	repeat = repeat && time.Since(at) < s.cfg.Rules.RetryWindow
-	covered := !repeat && s.covered[r.Name] > 0
+	repeat = !same && repeat && time.Since(at) < s.cfg.Rules.RetryWindow
+	covered := !same && !repeat && s.covered[r.Name] > 0
 	if covered {
 		s.covered[r.Name]--
 	}
 	s.mu.Unlock()
 	switch {
+	case same:
+		a := base
+		a.ID, a.Outcome, a.Channel, a.Result = search.reqID, SameAction, ChannelBroker, -int64(unix.EPERM)
+		stands := "the " + search.outcome + " of request " + search.reqID
+		if search.reqID == "" {
+			stands = "its deny as a repeat"
+		}
+		a.Reason = fmt.Sprintf("the same exec again by the same thread under another path (a PATH search, try %d): %s stands", search.n+1, stands)
+		_ = s.cfg.Exec.Revoke(o.n.PID)
+		s.emit(o, &a)
+		s.emitDenial(o)
+		s.reply(o, 0, unix.EPERM)
+		return
 	case repeat:
 		s.cfg.Broker.Repeat()
 		a := base
@@ -263,6 +291,12 @@ func (s *Supervisor) gated(o *op) {
 		s.emitDenial(o)
 		s.emitEvent(o, event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "approval-retry", Title: "A denied action was attempted again",
 			Severity: "high", Surface: event.SurfaceApproval, Output: fmt.Sprintf("%s %s asked again after its deny (rule %s): denied at once", o.action, o.object, r.Name)}})
+		if o.action == policy.ApproveExec {
+			_ = s.cfg.Exec.Revoke(o.n.PID)
+			s.mu.Lock()
+			s.searchAfterDeny(o.n.PID, o.exec, "", Repeated, time.Now())
+			s.mu.Unlock()
+		}
 		s.reply(o, 0, unix.EPERM)
 		return
 	case covered:
@@ -276,9 +310,10 @@ func (s *Supervisor) gated(o *op) {
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
 		Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID}
-	req.OnRefused = func(d Decision) {
+	req.OnRefused = func(d Decision, claimed string) {
 		a := base
 		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)
+		a.Claimed = claimed
 		s.emit(o, &a)
 	}
 	abandon := make(chan struct{})
@@ -316,6 +351,9 @@ func (s *Supervisor) gated(o *op) {
 	if d.Outcome == Denied || d.Outcome == Timeout {
 		s.mu.Lock()
 		s.denied[key] = time.Now()
+		if o.action == policy.ApproveExec {
+			s.searchAfterDeny(o.n.PID, o.exec, req.ID, d.Outcome, time.Now())
+		}
 		s.mu.Unlock()
 	}
 	if o.action == policy.ApproveExec {

@@ -63,7 +63,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	ev.Rcode = rcodeName(ans.ResponseCode)
 	addrs, cnames, ttl := chain(ev.Name, ans.Answers)
 	ev.CNAMEs, ev.TTL = cnames, ttl
-	withheld, note := c.withheld(&ans, rules)
+	withheld, note := c.withheld(&ans, rules, ev)
 	if len(withheld) > 0 {
 		if resp, err = rebuild(&ans, withheld, udpLimit(&msg, transport)); err != nil {
 			ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), note+"; the reply without them: "+err.Error()

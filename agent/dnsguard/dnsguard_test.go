@@ -444,6 +444,9 @@ func TestRebindingToInternalAddressesIsWithheld(t *testing.T) {
 		if !ok || !strings.HasPrefix(e.Detail, w) || e.Verdict != event.DNSAllowed || (w == "") != (len(e.Answers) == 1) && e.Name != "mixed.test" {
 			t.Errorf("%s: %+v, want detail %q", e.Name, e, w)
 		}
+		if got := strings.Join(e.Internal, " "); w != "" && !strings.HasPrefix(w, "withheld "+got+" (") || w == "" && got != "" {
+			t.Errorf("%s: internal %v, want those of %q", e.Name, e.Internal, w)
+		}
 	}
 	if c.dns.Resolved().Has(netip.MustParseAddr("127.0.0.1")) {
 		t.Error("a withheld address counts as resolved for the call")
@@ -464,7 +467,7 @@ func TestRebindingInAuditModeIsRecorded(t *testing.T) {
 `))
 	c.expect(t, "lo lookup udp "+nowhere+" lo.test A => NOERROR:127.0.0.1")
 	ev := c.dnsEvents()
-	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") {
+	if len(ev) != 1 || !strings.HasPrefix(ev[0].Detail, "audit: would withhold 127.0.0.1 (loopback)") || strings.Join(ev[0].Internal, " ") != "127.0.0.1" {
 		t.Errorf("events %+v", ev)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 )
 
@@ -16,7 +17,7 @@ import (
 // must not open a way to what trusts the host's own networks. They leave the reply and are
 // never pinned; note says which, for the call's dns event. In audit mode nothing is
 // withheld, and note says what would have been.
-func (c *Call) withheld(ans *layers.DNS, rules []policy.DomainRule) (map[netip.Addr]bool, string) {
+func (c *Call) withheld(ans *layers.DNS, rules []policy.DomainRule, ev *event.DNS) (map[netip.Addr]bool, string) {
 	for _, r := range rules {
 		if r.AllowPrivate {
 			return nil, ""
@@ -39,6 +40,7 @@ func (c *Call) withheld(ans *layers.DNS, rules []policy.DomainRule) (map[netip.A
 			}
 			out[a] = true
 			named = append(named, fmt.Sprintf("%s (%s)", a, kind))
+			ev.Internal = append(ev.Internal, a.String())
 		}
 	}
 	if len(out) == 0 {

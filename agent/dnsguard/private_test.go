@@ -4,10 +4,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/bermsec/berm/agent/event"
 )
 
 // An upstream answer as a recursive resolver sends it (a CNAME, addresses, an SOA, EDNS, a
@@ -48,7 +51,11 @@ func TestRebuildWithoutWithheld(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Call{}
-	withheld, note := c.withheld(&ans, nil)
+	var ev event.DNS
+	withheld, note := c.withheld(&ans, nil, &ev)
+	if strings.Join(ev.Internal, " ") != "10.1.2.3 127.0.0.1 192.168.0.53" {
+		t.Errorf("the event's internal addresses: %v", ev.Internal)
+	}
 	if len(withheld) != 3 || note != "withheld 10.1.2.3 (private), 127.0.0.1 (loopback), 192.168.0.53 (private): internal addresses, and no rule for the name says allowPrivate" {
 		t.Fatalf("withheld %v: %q", withheld, note)
 	}

@@ -253,13 +253,15 @@ type Reload struct {
 // action just denied: denied at once), or covered (allowed by an earlier approval whose
 // count covers it).
 type Approval struct {
-	Outcome string `json:"outcome" ch:"approval_outcome,lc"`           // requested, approved, denied, timeout, ended, repeat, covered
-	ID      string `json:"id" ch:"approval_id"`                        // the request's id (berm approve ID)
-	Action  string `json:"action" ch:"approval_action,lc"`             // unlink, rename, write, exec, connect
-	Syscall string `json:"syscall" ch:"syscall,lc"`                    // the syscall held
-	Object  string `json:"object" ch:"path"`                           // the path (old -> new for a rename), or address:port
-	Rule    string `json:"rule" ch:"rule,lc"`                          // the spec.approvals rule's name
-	By      string `json:"by,omitempty" ch:"approval_by,lc"`           // who decided
+	Outcome string `json:"outcome" ch:"approval_outcome,lc"` // requested, approved, denied, timeout, ended, repeat, covered, refused, same-action
+	ID      string `json:"id" ch:"approval_id"`              // the request's id (berm approve ID)
+	Action  string `json:"action" ch:"approval_action,lc"`   // unlink, rename, write, exec, connect
+	Syscall string `json:"syscall" ch:"syscall,lc"`          // the syscall held
+	Object  string `json:"object" ch:"path"`                 // the path (old -> new for a rename), or address:port
+	Rule    string `json:"rule" ch:"rule,lc"`                // the spec.approvals rule's name
+	By      string `json:"by,omitempty" ch:"approval_by,lc"` // who decided (refused: who the token or peer is)
+	// Claimed is the name a refused decision's maker gave (refused: not theirs to give).
+	Claimed string `json:"claimed,omitempty"`
 	Channel string `json:"channel,omitempty" ch:"approval_channel,lc"` // api, prompt, broker
 	Reason  string `json:"reason,omitempty"`                           // the decider's reason
 	// LatencyNs is how long the request waited for its decision.
@@ -294,6 +296,10 @@ type DNS struct {
 	TTL       uint32   `json:"ttl,omitempty"`               // the smallest TTL of the chain, seconds
 	Transport string   `json:"transport,omitempty"`         // udp or tcp
 	Detail    string   `json:"detail,omitempty"`            // why it failed, when the upstream did not answer
+	// Internal are the answer's addresses in internal ranges that no rule for the name allows
+	// (allowPrivate): withheld from the reply, or in audit mode what would have been (DNS
+	// rebinding).
+	Internal []string `json:"internal,omitempty"`
 }
 
 // Verdicts of a DNS query.
