@@ -206,7 +206,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	layers = append(layers, event.LayerCredentials)
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
-		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
+		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
 	// Credentials are minted before the call begins: their values take themselves out of its
