@@ -16,7 +16,8 @@ import (
 // callEnv is a policy compiled for one call: what the init enforces and what the agent needs
 // to name denials.
 type callEnv struct {
-	compiled *policy.Compiled
+	compiled *policy.Compiled // shared with other calls (the compile cache): read only
+	hash     string           // compiled.Hash()
 	init     sandboxinit.Config
 	judge    *policy.Judge
 	traced   []uint32
@@ -41,14 +42,12 @@ func compile(spec *Spec) (*callEnv, error) {
 	if err != nil || abi < 1 {
 		return nil, fmt.Errorf("landlock is not available (%v): the filesystem policy cannot be enforced; refusing to run", err)
 	}
-	c, err := spec.Policy.Compile(policy.CompileEnv{
-		Workspace: spec.Workspace, Tmp: "/tmp", LandlockABI: abi, MountInfo: sandboxMountInfo(spec.Workspace),
-	})
+	cp, err := policyCompiles.compile(spec.Policy, spec.Workspace, abi)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", spec.Policy.Metadata.Name, err)
 	}
-	plan := planRoot(spec.Policy, c, spec.Workspace)
-	env := &callEnv{compiled: c}
+	c, plan := cp.compiled, cp.plan
+	env := &callEnv{compiled: c, hash: cp.hash}
 	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: hostname(spec.CallID),
 		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, NewNet: c.Isolation == policy.NetworkNone, Root: plan,
@@ -70,18 +69,13 @@ func compile(spec *Spec) (*callEnv, error) {
 	} else {
 		env.init.HostRoot = true
 	}
-	cp := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, NoExec: env.init.MemfdNoExec}
+	judge := &policy.Judge{Compiled: c, Workspace: spec.Workspace, Masked: plan.Masked, NoExec: env.init.MemfdNoExec}
 	for _, d := range spec.Policy.Spec.Filesystem.Deny {
 		d = strings.ReplaceAll(strings.ReplaceAll(d, "${WORKSPACE}", spec.Workspace), "${TMP}", "/tmp")
-		cp.Deny = append(cp.Deny, filepath.Clean(d))
+		judge.Deny = append(judge.Deny, filepath.Clean(d))
 	}
-	for _, b := range plan.Binds {
-		cp.Roots = append(cp.Roots, b.Path)
-		if canon, err := filepath.EvalSymlinks(b.Path); err == nil && canon != b.Path {
-			cp.Roots = append(cp.Roots, canon)
-		}
-	}
-	env.judge = cp
+	judge.Roots = cp.roots
+	env.judge = judge
 
 	// Traced one by one: the defaults, what the caller asked for, every syscall the policy
 	// refuses (so each refusal is in the timeline) and failed execs.

@@ -1,7 +1,6 @@
 package sandboxer
 
 import (
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,7 +15,9 @@ var grantedDevices = map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev
 
 // planRoot derives the call's root from the policy's grants (before canonicalisation, so that
 // /bin → usr/bin stays a symlink) and the compiled Landlock ruleset's write rights.
-func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) sandboxinit.RootPlan {
+// Its reads of the file system go through reads, and its mount table is mounts (the host's
+// text): the compile cache reuses the plan while both are what they were.
+func planRoot(p *policy.Policy, c *policy.Compiled, workspace string, reads *policy.FSReads, mounts string) sandboxinit.RootPlan {
 	var plan sandboxinit.RootPlan
 	seen := map[string]bool{}
 	fs := p.Spec.Filesystem
@@ -43,13 +44,13 @@ func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) sandboxini
 		}
 		seen[g] = true
 		b := sandboxinit.Bind{Path: g}
-		if fi, err := os.Lstat(g); err != nil {
+		if link, isLink, err := reads.Lstat(g); err != nil && !isLink {
 			continue // the compiler reported it as skipped
-		} else if fi.Mode()&os.ModeSymlink != 0 {
-			b.Link, _ = os.Readlink(g)
+		} else if isLink {
+			b.Link = link
 		}
 		if b.Link == "" {
-			canon, err := filepath.EvalSymlinks(g)
+			canon, err := reads.EvalSymlinks(g)
 			if err == nil && c.FSAccess(canon)&writeRights != 0 {
 				b.Writable = true
 			}
@@ -58,18 +59,14 @@ func planRoot(p *policy.Policy, c *policy.Compiled, workspace string) sandboxini
 	}
 	// A symlink's target must be in the root too for the link to work; it is, when granted.
 	sort.Slice(plan.Binds, func(i, j int) bool { return plan.Binds[i].Path < plan.Binds[j].Path })
-	plan.Masked = mountsUnder(workspace)
+	plan.Masked = mountsUnder(mounts, workspace)
 	return plan
 }
 
 const writeRights = landlock.WriteFile | landlock.MakeReg | landlock.MakeDir | landlock.RemoveFile | landlock.RemoveDir
 
-// mountsUnder lists the host's mount points strictly inside dir.
-func mountsUnder(dir string) []string {
-	data, err := hostMounts.current()
-	if err != nil {
-		return nil
-	}
+// mountsUnder lists the mount points of the table data strictly inside dir.
+func mountsUnder(data, dir string) []string {
 	var out []string
 	for _, line := range strings.Split(data, "\n") {
 		if m, ok := policy.MountPointOf(line); ok && strings.HasPrefix(m, dir+"/") {
@@ -88,6 +85,11 @@ func sandboxMountInfo(workspace string) string {
 	if err != nil {
 		return "" // the compiler reads the table itself
 	}
+	return sandboxMounts(data, workspace)
+}
+
+// sandboxMounts is sandboxMountInfo of the host's table data.
+func sandboxMounts(data, workspace string) string {
 	var keep []string
 	for _, line := range strings.Split(data, "\n") {
 		if m, ok := policy.MountPointOf(line); ok && (strings.HasPrefix(m, workspace+"/") || strings.HasPrefix(m, "/tmp/")) {

@@ -206,7 +206,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	layers = append(layers, event.LayerCredentials)
 	start := event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
-		Policy: env.compiled.Name, PolicyHash: env.compiled.Hash(), Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
+		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
 	// Credentials are minted before the call begins: their values take themselves out of its
@@ -217,6 +217,16 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	defer l.forgetCredentials()
 	var argvLeaks []secrets.Literal
 	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
+	// A call whose configuration does not depend on its registration (no brokered
+	// credentials, no approval channel) is handed to its init first: the init builds the
+	// call's root while the agent registers the call, and starts the tool's stage only once
+	// finish releases it, after Begin. Every layer is in place before the tool's first
+	// instruction either way; the init's own set-up is traced from Begin on.
+	var held *delivery
+	var heldRes *agent.Result
+	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
+		held, heldRes = l.deliver(sb, ws, true)
+	}
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
@@ -224,6 +234,11 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	})
 	if err != nil {
 		l.revokeCredentials()
+		if held != nil {
+			// The init waits for a release that will not come: it goes with its sandbox.
+			held.close()
+			_ = l.cg.KillAndWait(5 * time.Second)
+		}
 		return nil, err
 	}
 	l.call, l.callKey = call, call.Key()
@@ -238,6 +253,10 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
 		_ = l.cg.KillAndWait(5 * time.Second)
 		res = agent.Result{Limits: spec.Limits, Reason: event.EndSetupFailed, Detail: err.Error(), ExitStatus: 125}
+	} else if heldRes != nil {
+		res = *heldRes
+	} else if held != nil {
+		res = l.finish(held)
 	} else {
 		res = l.run(sb, ws)
 	}
@@ -330,62 +349,125 @@ func (l *launch) stop(reason event.EndReason, detail string, lim *event.Limit) {
 	_ = l.cg.Kill()
 }
 
+// delivery is a call handed to its sandbox's init (deliver) and not yet waited for (finish).
+type delivery struct {
+	sb         *sandbox
+	out, errR  *os.File // the tool's stdout and stderr; the copiers close them
+	termOut    *os.File // the pty's master, when the call has a terminal
+	ownedStdin *os.File // /dev/null opened for a call without stdin
+	held       bool     // the init waits for release before the tool's stage starts
+}
+
 // run hands the sandbox its call and waits for the end. ws is the workspace's detached mount.
 func (l *launch) run(sb *sandbox, ws int) agent.Result {
-	spec := l.spec
-	res := agent.Result{Limits: spec.Limits}
-	fail := func(err error) agent.Result {
-		_ = l.cg.KillAndWait(5 * time.Second)
-		res.Reason, res.Detail, res.ExitStatus = event.EndSetupFailed, err.Error(), 125
-		return res
+	d, res := l.deliver(sb, ws, false)
+	if res != nil {
+		return *res
 	}
-	var copiers sync.WaitGroup
-	copiers.Add(2)
-	out, errR := sb.out, sb.errR
-	sb.out, sb.errR = nil, nil // the copiers close them
-	go l.copyOutput(&copiers, out, l.redactor("stdout", spec.Stdout))
-	go l.copyOutput(&copiers, errR, l.redactor("stderr", spec.Stderr))
-	cmd := sb.cmd
-	// abort ends a call whose init started but could not be set up.
-	abort := func(err error) agent.Result {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		sb.cmd = nil
-		copiers.Wait()
-		// An init that gave up on its own said why: that is the cause, not the closed pipe.
-		var st sandboxinit.Status
-		if data, _ := io.ReadAll(sb.stat); json.Unmarshal(data, &st) == nil && st.Error != "" {
-			err = fmt.Errorf("%w: sandbox init: %s", err, st.Error)
-		}
-		return fail(err)
-	}
+	return l.finish(d)
+}
 
+// failSetup ends a call that could not be set up.
+func (l *launch) failSetup(err error) agent.Result {
+	_ = l.cg.KillAndWait(5 * time.Second)
+	return agent.Result{Limits: l.spec.Limits, Reason: event.EndSetupFailed, Detail: err.Error(), ExitStatus: 125}
+}
+
+// abortInit ends a call whose init started but could not be set up (copiers: wait for them
+// first, when they were started).
+func (l *launch) abortInit(sb *sandbox, err error, copiers *sync.WaitGroup) agent.Result {
+	_ = sb.cmd.Process.Kill()
+	_ = sb.cmd.Wait()
+	sb.cmd = nil
+	if copiers != nil {
+		copiers.Wait()
+	}
+	// An init that gave up on its own said why: that is the cause, not the closed pipe.
+	var st sandboxinit.Status
+	if data, _ := io.ReadAll(sb.stat); json.Unmarshal(data, &st) == nil && st.Error != "" {
+		err = fmt.Errorf("%w: sandbox init: %s", err, st.Error)
+	}
+	return l.failSetup(err)
+}
+
+// close releases what a delivery that will not be finished holds.
+func (d *delivery) close() {
+	for _, f := range []*os.File{d.out, d.errR, d.termOut, d.ownedStdin} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// deliver hands the sandbox's init its call. hold: the init builds the call's root and waits
+// for finish's release before the tool's stage starts, so the launcher can register the call
+// with the agent meanwhile (nothing of the call's configuration may depend on the
+// registration: no brokered credentials, no approval channel). The output copiers start in
+// finish, once the call is registered (the redactors report to it). A non-nil result is the
+// end of a call that could not be set up.
+func (l *launch) deliver(sb *sandbox, ws int, hold bool) (*delivery, *agent.Result) {
+	spec := l.spec
+	d := &delivery{sb: sb, out: sb.out, errR: sb.errR, held: hold}
+	sb.out, sb.errR = nil, nil
+	abort := func(err error) (*delivery, *agent.Result) {
+		d.close()
+		res := l.abortInit(sb, err, nil)
+		return nil, &res
+	}
 	var err error
 	stdin := spec.Stdin
 	if stdin == nil {
 		if stdin, err = os.Open(os.DevNull); err != nil {
 			return abort(err)
 		}
-		defer stdin.Close()
+		d.ownedStdin = stdin
 	}
 	var term *terminal
 	if spec.Terminal != nil {
 		if term, err = openTerminal(stdin); err != nil {
 			return abort(err)
 		}
+		d.termOut, term.out = term.out, nil
+		stdin = term.pty
+	}
+	cfg := l.env.init
+	cfg.Hold = hold
+	err = sb.configure(&cfg, stdin, ws, term.config(&cfg, spec.Terminal)...)
+	term.close()
+	if d.ownedStdin != nil {
+		d.ownedStdin.Close()
+		d.ownedStdin = nil
+	}
+	if err != nil {
+		return abort(err)
+	}
+	return d, nil
+}
+
+// finish lets a held init go on, then waits for the call's end.
+func (l *launch) finish(d *delivery) agent.Result {
+	spec := l.spec
+	sb := d.sb
+	res := agent.Result{Limits: spec.Limits}
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go l.copyOutput(&copiers, d.out, l.redactor("stdout", spec.Stdout))
+	go l.copyOutput(&copiers, d.errR, l.redactor("stderr", spec.Stderr))
+	if d.termOut != nil {
 		echo := spec.Stdout
 		if !spec.Terminal.Stdout && spec.Terminal.Stderr {
 			echo = spec.Stderr
 		}
 		copiers.Add(1)
-		go l.copyOutput(&copiers, term.out, l.redactor("terminal", echo))
-		stdin = term.pty
+		go l.copyOutput(&copiers, d.termOut, l.redactor("terminal", echo))
 	}
-	err = sb.configure(&l.env.init, stdin, ws, term.config(&l.env.init, spec.Terminal)...)
-	term.close()
-	if err != nil {
-		return abort(err)
+	d.out, d.errR, d.termOut = nil, nil, nil
+	if d.held {
+		if err := sb.release(); err != nil {
+			return l.abortInit(sb, err, &copiers)
+		}
 	}
+	cmd := sb.cmd
 	l.delivered(cmd.Process.Pid)
 	// The approval listener arrives from the init just before the tool executes; the init
 	// closes the channel without one when the tool did not start (or at its end), so this

@@ -178,8 +178,9 @@ func (s *sandbox) ready() error {
 // and lets it go once it is in every cgroup of the call.
 func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace int, more ...int) error {
 	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Call: cfg}, append([]int{int(stdin.Fd()), workspace}, more...)...)
-	if len(cfg.Approvals) == 0 || err != nil {
-		// With approvals the channel stays open: the approval listener comes back on it.
+	if (len(cfg.Approvals) == 0 && !cfg.Hold) || err != nil {
+		// With approvals the channel stays open: the approval listener comes back on it;
+		// held, release's Start goes on it.
 		unix.Close(s.cfg)
 		s.cfg = -1
 	}
@@ -187,6 +188,17 @@ func (s *sandbox) configure(cfg *sandboxinit.Config, stdin *os.File, workspace i
 		return fmt.Errorf("configure sandbox init: %w", err)
 	}
 	return s.ready()
+}
+
+// release lets an init configured with Hold start the tool's stage.
+func (s *sandbox) release() error {
+	err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Start: true})
+	unix.Close(s.cfg)
+	s.cfg = -1
+	if err != nil {
+		return fmt.Errorf("start the call: %w", err)
+	}
+	return nil
 }
 
 // discard ends a sandbox that will not run (or has run) its call: its processes killed, its

@@ -24,6 +24,8 @@ type CompileEnv struct {
 	// MountInfo is the text of /proc/self/mountinfo of the mount namespace the call will run
 	// in; empty means read the current one.
 	MountInfo string
+	// Reads, when set, records every fact of the file system the compile reads (FSReads).
+	Reads *FSReads
 }
 
 // Compiled is a policy in the form the enforcement layers load. Every denial a layer reports

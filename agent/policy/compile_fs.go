@@ -63,8 +63,12 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 
 	var errs Errors
 	roots := map[string]string{}
+	reads := env.Reads
+	if reads == nil {
+		reads = &FSReads{}
+	}
 	for _, r := range []struct{ ph, path string }{{Workspace, env.Workspace}, {Tmp, env.Tmp}} {
-		canon, err := canonicalDir(r.path)
+		canon, err := canonicalDir(reads, r.path)
 		if err != nil {
 			errs = append(errs, &Error{File: p.File, Field: r.ph, Msg: err.Error()})
 			continue
@@ -86,7 +90,7 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 	mounts := parseMountPoints(mountinfo)
 
 	resolve := func(field, s string) (string, bool) {
-		canon, _, err := p.canonical(s, roots)
+		canon, _, err := p.canonical(reads, s, roots)
 		if errors.Is(err, fs.ErrNotExist) {
 			c.Skipped = append(c.Skipped, fmt.Sprintf("%s: %s does not exist", field, s))
 			return "", false
@@ -132,7 +136,7 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 	}
 	for i, s := range fsp.Deny {
 		field := fmt.Sprintf("spec.filesystem.deny[%d]", i)
-		canon, _, err := p.canonical(s, roots)
+		canon, _, err := p.canonical(reads, s, roots)
 		if errors.Is(err, fs.ErrNotExist) {
 			// the path may appear later; under a writable tree nothing would keep it denied
 			if g, ok := coveringWrite(grants, filepath.Clean(p.substitute(s, roots))); ok {
@@ -146,7 +150,7 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 			errs = append(errs, p.fail(field, "%v", err))
 			continue
 		}
-		if err := carve(set, canon); err != nil {
+		if err := carve(reads, set, canon); err != nil {
 			errs = append(errs, p.fail(field, "%v", err))
 		}
 	}
@@ -154,12 +158,12 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 		return errs
 	}
 	for path, acc := range set {
-		st, err := os.Stat(path)
+		dir, err := reads.IsDir(path)
 		if err != nil {
 			errs = append(errs, &Error{File: p.File, Field: "spec.filesystem", Msg: fmt.Sprintf("stat %s: %v", path, err)})
 			continue
 		}
-		if !st.IsDir() {
+		if !dir {
 			acc &= landlock.FileRights
 		}
 		if acc != 0 {
@@ -190,19 +194,19 @@ func prune(rules []landlock.PathRule) []landlock.PathRule {
 	return out
 }
 
-func canonicalDir(path string) (string, error) {
+func canonicalDir(reads *FSReads, path string) (string, error) {
 	if path == "" || !filepath.IsAbs(path) {
 		return "", fmt.Errorf("expected an absolute directory from the launcher, got %q", path)
 	}
-	canon, err := filepath.EvalSymlinks(path)
+	canon, err := reads.EvalSymlinks(path)
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", path, err)
 	}
-	st, err := os.Stat(canon)
+	dir, err := reads.IsDir(canon)
 	if err != nil {
 		return "", fmt.Errorf("stat %s: %w", canon, err)
 	}
-	if !st.IsDir() {
+	if !dir {
 		return "", fmt.Errorf("%s is not a directory", path)
 	}
 	return canon, nil
@@ -219,9 +223,9 @@ func (p *Policy) substitute(s string, roots map[string]string) string {
 
 // canonical resolves a policy path. Under a placeholder it must stay under the placeholder's
 // root after resolving symlinks.
-func (p *Policy) canonical(s string, roots map[string]string) (string, bool, error) {
+func (p *Policy) canonical(reads *FSReads, s string, roots map[string]string) (string, bool, error) {
 	full := p.substitute(s, roots)
-	canon, err := filepath.EvalSymlinks(full)
+	canon, err := reads.EvalSymlinks(full)
 	if err != nil {
 		return "", false, err
 	}
@@ -251,7 +255,7 @@ func coveringWrite(grants []grant, path string) (grant, bool) {
 }
 
 // carve removes deny from the grant set; see compileFilesystem.
-func carve(set map[string]uint64, deny string) error {
+func carve(reads *FSReads, set map[string]uint64, deny string) error {
 	for _, g := range slices.Sorted(maps.Keys(set)) {
 		acc := set[g]
 		switch {
@@ -259,7 +263,7 @@ func carve(set map[string]uint64, deny string) error {
 			delete(set, g)
 		case within(deny, g):
 			delete(set, g)
-			if err := split(set, g, deny, acc); err != nil {
+			if err := split(reads, set, g, deny, acc); err != nil {
 				return err
 			}
 		}
@@ -269,20 +273,20 @@ func carve(set map[string]uint64, deny string) error {
 
 // split grants acc on every entry of dir except the one leading to deny, descending to it.
 // Symlinks are left out: access through one is checked where it lands.
-func split(set map[string]uint64, dir, deny string, acc uint64) error {
-	entries, err := os.ReadDir(dir)
+func split(reads *FSReads, set map[string]uint64, dir, deny string, acc uint64) error {
+	entries, err := reads.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("carve %s out of %s: %w", deny, dir, err)
 	}
 	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
+		p := filepath.Join(dir, e.name)
 		switch {
 		case p == deny:
 		case within(deny, p):
-			if err := split(set, p, deny, acc); err != nil {
+			if err := split(reads, set, p, deny, acc); err != nil {
 				return err
 			}
-		case e.Type()&fs.ModeSymlink != 0:
+		case e.symlink:
 		default:
 			set[p] |= acc
 		}

@@ -51,9 +51,13 @@ type Config struct {
 	Argv      []string `json:"argv"`
 	Env       []string `json:"env"`
 	Workspace string   `json:"workspace"`
-	Hostname  string   `json:"hostname"`
-	TmpBytes  int64    `json:"tmp_bytes"`
-	TmpInodes int64    `json:"tmp_inodes,omitempty"` // 0: the kernel's default
+	// Hold: the init builds the call's root, then waits for the launcher's Start on fd 3
+	// before the tool's stage goes on. The launcher registers the call with the agent
+	// meanwhile; without the Start (the channel closed) the tool never starts.
+	Hold      bool   `json:"hold,omitempty"`
+	Hostname  string `json:"hostname"`
+	TmpBytes  int64  `json:"tmp_bytes"`
+	TmpInodes int64  `json:"tmp_inodes,omitempty"` // 0: the kernel's default
 	// HostUID and HostGID are the sandbox's own host ids: the tool runs as ToolUID/ToolGID in a
 	// user namespace that maps them to these (see startTool).
 	HostUID uint32   `json:"host_uid"`
@@ -193,7 +197,7 @@ func Main() {
 	}
 	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
-	if len(cfg.Approvals) == 0 {
+	if len(cfg.Approvals) == 0 && !cfg.Hold {
 		unix.Close(3)
 	}
 	if stage == nil {
@@ -235,6 +239,18 @@ func Main() {
 	if cfg.NewNet {
 		if err := loopbackUp(); err != nil {
 			fatal(err.Error())
+		}
+	}
+	if cfg.Hold {
+		m, more, err := ch.next()
+		for _, f := range more {
+			f.Close()
+		}
+		if err != nil || !m.Start || len(more) != 0 {
+			fatal(fmt.Sprintf("launcher did not let the tool start (%d files): %v", len(more), err))
+		}
+		if len(cfg.Approvals) == 0 {
+			unix.Close(3)
 		}
 	}
 	if err := stage.start(); err != nil {
