@@ -7,6 +7,6 @@ const (
 	// BERM_EXE_PATH_MAX: bytes of the executed file's kernel path an exec record carries
 	BermExePathMax = 1024
 	// BERM_ENV_MAX: environment bytes an exec_env record carries, for the secret scan
-	BermEnvMax = 8192
-	BermXgArgvMax  = 4096 // BERM_XG_ARGV_MAX: argv bytes an exec approval holds
+	BermEnvMax    = 8192
+	BermXgArgvMax = 4096 // BERM_XG_ARGV_MAX: argv bytes an exec approval holds
 )
