@@ -196,25 +196,7 @@ func (f *daemonFixture) start(t *testing.T, id string, args ...string) (wait fun
 	t.Helper()
 	f.calls++
 	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--socket", f.socket, "--daemon", "required", "--call-id", id}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan bermbin.Result, 1)
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		done <- bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-		}
-	})
+	done := bermbin.Start(t, cmd)
 	return func() bermbin.Result {
 		r := <-done
 		f.keys[id] = f.key(t, id)

@@ -1,7 +1,6 @@
 package sandboxer_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -78,26 +77,7 @@ func startRun(t testing.TB, env []string, args ...string) chan bermbin.Result {
 	t.Helper()
 	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--no-rules"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan bermbin.Result, 1)
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		done <- bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-		}
-	})
-	return done
+	return bermbin.Start(t, cmd)
 }
 
 const approvalPolicy = `apiVersion: berm.dev/v1alpha1

@@ -17,21 +17,7 @@ import (
 // background runs `berm run` without waiting; wait returns its result.
 func background(t *testing.T, state string, args ...string) (wait func() bermbin.Result) {
 	t.Helper()
-	done := make(chan bermbin.Result, 1)
-	cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--state-dir", state, "--no-rules"}, args...)...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		done <- bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
-	}()
+	done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--state-dir", state, "--no-rules"}, args...)...))
 	return func() bermbin.Result { return <-done }
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -86,19 +85,8 @@ spec:
 		os.WriteFile(filepath.Join(c.ws, "reports", "x"), []byte(c.tenant), 0o644)
 		os.Chown(filepath.Join(c.ws, "reports"), 65534, 65534)
 		os.Chown(filepath.Join(c.ws, "reports", "x"), 65534, 65534)
-		c.done = make(chan bermbin.Result, 1)
-		go func(c *call) {
-			cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required", "--tenant", c.tenant,
-				"--call-id", c.id, "--workspace", c.ws, "--policy", pol, "--", "sh", "-c", "rm reports/x; echo rm=$?")
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
-			c.done <- bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
-		}(c)
+		c.done = bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required", "--tenant", c.tenant,
+			"--call-id", c.id, "--workspace", c.ws, "--policy", pol, "--", "sh", "-c", "rm reports/x; echo rm=$?"))
 	}
 	var pending []approval.PendingView
 	deadline := time.Now().Add(60 * time.Second)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -61,19 +60,8 @@ libc.execv(b"/usr/bin/touch", argv)
 		ws := bermbin.Workspace(t)
 		os.Chown(ws, 65534, 65534)
 		os.WriteFile(filepath.Join(ws, "race.py"), []byte(race), 0o644)
-		done := make(chan bermbin.Result, 1)
-		go func() {
-			cmd := exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--socket", d.socket, "--daemon", "required",
-				"--call-id", tc.id, "--workspace", ws, "--policy", pol, "--"}, tc.argv...)...)
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
-			done <- bermbin.Result{Stdout: out.String(), Stderr: errb.String(), Exit: code}
-		}()
+		done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), append([]string{"run", "--socket", d.socket, "--daemon", "required",
+			"--call-id", tc.id, "--workspace", ws, "--policy", pol, "--"}, tc.argv...)...))
 		var pending []approval.PendingView
 		for deadline := time.Now().Add(60 * time.Second); len(pending) == 0; {
 			if time.Now().After(deadline) {

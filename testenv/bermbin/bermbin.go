@@ -96,6 +96,38 @@ func BermIn(t testing.TB, env []string, stdin io.Reader, args ...string) Result 
 	return Result{out.String(), errb.String(), code}
 }
 
+// Start starts cmd with its stdout and stderr captured and gives its Result once it has
+// ended, for a test that acts while the command runs (decides an approval, kills its
+// launcher). The channel is buffered: a reader that only looked may put the result back. A
+// command still running when the test ends is killed then.
+func Start(t testing.TB, cmd *exec.Cmd) chan Result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	done, ended := make(chan Result, 1), make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(ended)
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		done <- Result{out.String(), errb.String(), code}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-ended:
+		default:
+			cmd.Process.Kill()
+			<-ended
+		}
+	})
+	return done
+}
+
 // Timeline reads a call's timeline as JSON.
 func Timeline(t testing.TB, stateDir, callID string) audit.TimelineJSON {
 	t.Helper()
