@@ -1,7 +1,6 @@
 package sandboxer_test
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -122,36 +121,16 @@ while not os.path.exists("stop"):
 	state, ws := t.TempDir(), bermbin.Workspace(t)
 	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--state-dir", state, "--no-rules", "--call-id", "dns-reload",
 		"--workspace", ws, "--policy", pol, "--dns-upstream", up.Addr, "--timeout", "60s", "--", "python3", "-c", loop, at.String())
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(out)
-	waitFor := func(want string, n int) {
-		t.Helper()
-		seen := 0
-		for lines.Scan() {
-			if lines.Text() == want {
-				if seen++; seen >= n {
-					return
-				}
-			} else {
-				seen = 0
-			}
-		}
-		t.Fatalf("call output ended before %d consecutive %q", n, want)
-	}
+	call := startLineCall(t, cmd)
 	const answered, refused = "rcode0:198.51.100.9", "rcode5"
-	waitFor(answered, 3)
+	call.waitFor(t, answered, 3)
 	os.WriteFile(pol, []byte(withDomain), 0o644)
-	waitFor(refused, 3)
+	call.waitFor(t, refused, 3)
 	asked := srv.Count("cidr.test")
 	os.WriteFile(pol, []byte(cidrOnly), 0o644)
-	waitFor(answered, 3)
+	call.waitFor(t, answered, 3)
 	os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644)
-	cmd.Wait()
+	call.cmd.Wait()
 	if srv.Count("cidr.test") <= asked {
 		t.Errorf("the cidr rule's server was not asked again after the domain rule went")
 	}

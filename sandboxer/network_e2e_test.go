@@ -203,39 +203,19 @@ while not os.path.exists("stop"):
 `, port(target))
 	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--state-dir", state, "--no-rules", "--call-id", "reload",
 		"--workspace", ws, "--policy", pol, "--timeout", "60s", "--", "python3", "-c", script)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(out)
-	waitFor := func(want string, n int) {
-		t.Helper()
-		seen := 0
-		for lines.Scan() {
-			if lines.Text() == want {
-				if seen++; seen >= n {
-					return
-				}
-			} else {
-				seen = 0
-			}
-		}
-		t.Fatalf("call output ended before %d consecutive %q", n, want)
-	}
-	waitFor("errno1", 3)
+	call := startLineCall(t, cmd)
+	call.waitFor(t, "errno1", 3)
 	os.WriteFile(pol, []byte(strings.Replace(mustRead(t, pol), "egress: []", fmt.Sprintf("egress:\n      - {cidr: 127.0.0.1/32, ports: [%d], protocol: tcp}", port(target)), 1)), 0o644)
-	waitFor("ok", 3)
+	call.waitFor(t, "ok", 3)
 	before := target.accepted.Load()
 	if before == 0 {
 		t.Fatal("listener saw nothing after the policy allowed it")
 	}
 	os.WriteFile(pol, []byte(strings.Replace(mustRead(t, pol), fmt.Sprintf("egress:\n      - {cidr: 127.0.0.1/32, ports: [%d], protocol: tcp}", port(target)), "egress: []", 1)), 0o644)
-	waitFor("errno1", 5)
+	call.waitFor(t, "errno1", 5)
 	after := target.accepted.Load()
 	os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644)
-	cmd.Wait()
+	call.cmd.Wait()
 	time.Sleep(50 * time.Millisecond)
 	if target.accepted.Load() != after {
 		t.Errorf("connections accepted after access was revoked")
@@ -256,6 +236,42 @@ while not os.path.exists("stop"):
 	if reloads != 2 {
 		t.Errorf("%d policy reloads in the timeline, want 2", reloads)
 	}
+}
+
+// lineCall is a running call whose output a test reads line by line: a tool that keeps
+// trying, to see a policy reload take effect.
+type lineCall struct {
+	cmd   *exec.Cmd
+	lines *bufio.Scanner
+}
+
+// startLineCall starts cmd (berm run) with its stdout read by the test; it is killed when the
+// test ends.
+func startLineCall(t *testing.T, cmd *exec.Cmd) *lineCall {
+	t.Helper()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return &lineCall{cmd, bufio.NewScanner(out)}
+}
+
+// waitFor reads the call's output until n consecutive lines are want.
+func (c *lineCall) waitFor(t *testing.T, want string, n int) {
+	t.Helper()
+	seen := 0
+	for c.lines.Scan() {
+		if c.lines.Text() == want {
+			if seen++; seen >= n {
+				return
+			}
+		} else {
+			seen = 0
+		}
+	}
+	t.Fatalf("call output ended before %d consecutive %q", n, want)
 }
 
 func mustRead(t *testing.T, path string) string {
