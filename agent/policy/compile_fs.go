@@ -159,6 +159,12 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 	}
 	for path, acc := range set {
 		dir, err := reads.IsDir(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// removed since it was listed (a carve lists whole directories such as /etc, which
+			// the host changes when it likes): no rule, which grants less, never more
+			c.Skipped = append(c.Skipped, fmt.Sprintf("spec.filesystem: %s was removed while the policy compiled", path))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, &Error{File: p.File, Field: "spec.filesystem", Msg: fmt.Sprintf("stat %s: %v", path, err)})
 			continue

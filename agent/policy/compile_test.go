@@ -476,3 +476,28 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// TestCompileEntryRemovedWhileListed: a carve lists whole directories (the strict policy's
+// deny under /etc lists /etc), and the host may remove an entry between the listing and the
+// look at it. The entry gets no rule and is named in Skipped; the compile does not fail.
+func TestCompileEntryRemovedWhileListed(t *testing.T) {
+	root := fsTree(t)
+	p := fsPolicy(t, root, "    read: [ROOT/sys]\n    write: []\n    exec: []\n    deny: [ROOT/sys/secret]\n")
+	// the listing (os.ReadDir) still shows b.txt; the look at it finds it gone
+	reads := &FSReads{paths: map[string]pathFact{root + "/sys/b.txt": {errno: unix.ENOENT}}}
+	c, err := p.Compile(CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", MountInfo: "22 1 0:21 / / rw - ext4 /dev/sda rw\n", Reads: reads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range c.Landlock.Paths {
+		got = append(got, strings.ReplaceAll(r.Path, root, "ROOT"))
+	}
+	if want := []string{"ROOT/sys/a"}; !slices.Equal(got, want) {
+		t.Errorf("rules %q, want %q", got, want)
+	}
+	want := "spec.filesystem: " + root + "/sys/b.txt was removed while the policy compiled"
+	if !slices.Contains(c.Skipped, want) {
+		t.Errorf("skipped %q, want it to name %q", c.Skipped, want)
+	}
+}
