@@ -10,6 +10,7 @@ import (
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/secrets"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 
@@ -25,6 +26,8 @@ type callEnv struct {
 	refusalsOnly []uint32
 	// wsNoExec mounts the workspace noexec: the policy grants no exec there.
 	wsNoExec bool
+	// redact are the policy's output patterns (spec.output.redact), compiled.
+	redact []secrets.Pattern
 }
 
 // recompile compiles the spec's policy again for the running call (hot reload), against the
@@ -48,6 +51,13 @@ func compile(spec *Spec) (*callEnv, error) {
 	}
 	c, plan := cp.compiled, cp.plan
 	env := &callEnv{compiled: c, hash: cp.hash}
+	for i, p := range spec.Policy.Spec.Output.Redact {
+		sp, err := secrets.CompilePattern(p.Name, p.Regex, p.End)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: spec.output.redact[%d]: %w", spec.Policy.Metadata.Name, i, err)
+		}
+		env.redact = append(env.redact, sp)
+	}
 	env.init = sandboxinit.Config{
 		Argv: spec.Argv, Env: spec.Env, Workspace: spec.Workspace, Hostname: hostname(spec.CallID),
 		TmpBytes: spec.Limits.TmpBytes, TmpInodes: c.Limits.TmpInodes, NewNet: c.Isolation == policy.NetworkNone, Root: plan,

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -360,14 +359,7 @@ func (l *launch) redactor(stream string, w io.Writer) io.Writer {
 			own = append(own, secrets.Literal{Name: c.cred.Name, Form: f})
 		}
 	}
-	var pats []secrets.Pattern
-	for _, p := range l.spec.Policy.Spec.Output.Redact {
-		sp := secrets.Pattern{Name: p.Name, Regex: regexp.MustCompile(p.Regex)}
-		if p.End != "" {
-			sp.End = regexp.MustCompile(p.End)
-		}
-		pats = append(pats, sp)
-	}
+	pats := l.env.redact
 	reg := l.call.Secrets()
 	if len(own) == 0 && len(pats) == 0 && reg == nil {
 		return w

@@ -73,7 +73,9 @@ type Redactor struct {
 func NewRedactor(w io.Writer, lits []Literal, pats []Pattern, onMatch func(Match)) *Redactor {
 	pats = append([]Pattern(nil), pats...)
 	for i := range pats {
-		pats[i].anchors, pats[i].probed = anchorsOf(pats[i].Regex.String()), true
+		if !pats[i].probed { // a Pattern built by hand; CompilePattern's come probed
+			pats[i].anchors, pats[i].probed = anchorsOf(pats[i].Regex.String()), true
+		}
 	}
 	r := &Redactor{w: w, lits: newMatcher(lits), pats: pats, onMatch: onMatch}
 	if onMatch == nil {
