@@ -134,7 +134,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	if prepare != nil {
-		if err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Prepare: prepare}); err != nil {
+		if err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Prepare: prepare, PrepareNet: newNet}); err != nil {
 			return nil, fmt.Errorf("prepare sandbox init: %w", err)
 		}
 	}

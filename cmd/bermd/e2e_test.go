@@ -120,6 +120,7 @@ cat ` + secret + ` 2>/dev/null && echo SECRET-READ
 echo x > /etc/berm-e2e 2>/dev/null && echo HOST-WRITE
 echo tmp > /tmp/t && echo tmp-ok
 env | grep -q BERM_E2E_CALLER_ONLY && echo ENV-LEAK
+python3 -c 'import fcntl, socket, struct; f = struct.unpack("16sH", fcntl.ioctl(socket.socket(), 0x8913, struct.pack("16sH", b"lo", 0)))[1]; print("lo-up" if f & 1 else "lo-down")'
 exit 3`
 	for i, tenant := range []string{"default", "default", "other"} {
 		if tenant == "default" {
@@ -130,7 +131,9 @@ exit 3`
 		if r.Exit != 3 {
 			t.Fatalf("call %s: exit %d, want the tool's 3\nstdout: %s\nstderr: %s", id, r.Exit, r.Stdout, r.Stderr)
 		}
-		if !strings.Contains(r.Stdout, "got hello") || !strings.Contains(r.Stdout, "tmp-ok") || !strings.Contains(r.Stderr, "to-stderr") {
+		// lo-up: the call's own network namespace has its loopback up, warm (brought up while
+		// the sandbox waited) or cold
+		if !strings.Contains(r.Stdout, "got hello") || !strings.Contains(r.Stdout, "tmp-ok") || !strings.Contains(r.Stdout, "lo-up") || !strings.Contains(r.Stderr, "to-stderr") {
 			t.Fatalf("call %s: stdio not the caller's\nstdout: %s\nstderr: %s", id, r.Stdout, r.Stderr)
 		}
 		for _, bad := range []string{"SECRET-READ", "HOST-WRITE", "ENV-LEAK"} {

@@ -20,6 +20,9 @@ type Message struct {
 	// Prepare is what can be built before the call is known: the policy-granted part of the
 	// root. The call's own Root must match it, or the init builds the root again.
 	Prepare *RootPlan `json:"prepare,omitempty"`
+	// PrepareNet: the init has a network namespace of its own (the call's NewNet), whose
+	// loopback it brings up with the rest of Prepare.
+	PrepareNet bool `json:"prepareNet,omitempty"`
 	// Call is the call. Its frame carries the tool's stdin and the workspace's detached mount.
 	Call *Config `json:"call,omitempty"`
 	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin. It is

@@ -164,6 +164,7 @@ func Main() {
 		report(Status{Error: err.Error()}, 125)
 	}
 	var prepared *RootPlan
+	loUp := false
 	if msg.Prepare != nil {
 		// A warm init: build what does not depend on the call, start the tool's stage, then
 		// wait for a call.
@@ -171,6 +172,12 @@ func Main() {
 			report(Status{Error: "prepare root: " + err.Error()}, 125)
 		}
 		prepared = msg.Prepare
+		if msg.PrepareNet {
+			if err := loopbackUp(); err != nil {
+				report(Status{Error: err.Error()}, 125)
+			}
+			loUp = true
+		}
 		startStage()
 		if err := stage.up(); err != nil {
 			stage.kill()
@@ -236,7 +243,7 @@ func Main() {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		fatal("sethostname: " + err.Error())
 	}
-	if cfg.NewNet {
+	if cfg.NewNet && !loUp {
 		if err := loopbackUp(); err != nil {
 			fatal(err.Error())
 		}
