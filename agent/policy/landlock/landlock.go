@@ -87,7 +87,14 @@ func Restrict(rs Ruleset) error {
 	}
 	defer unix.Close(fd)
 	for _, p := range rs.Paths {
-		if err := addPath(fd, p); err != nil {
+		err := addPath(fd, p)
+		if errors.Is(err, unix.ENOENT) {
+			// Removed since the policy was compiled (a compile lists whole directories such
+			// as /etc, which the host changes when it likes): no rule, which grants less,
+			// never more. A file made later under the name is not granted either.
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -250,6 +250,27 @@ func TestRestrictRefusesSymlinkedRulePath(t *testing.T) {
 	t.Logf("refused: %s", res.Err)
 }
 
+// A rule path removed between the compile and the restriction gets no rule: the rest apply, and
+// a file made later under its name is not granted.
+func TestRestrictSkipsRemovedRulePath(t *testing.T) {
+	requireLandlock(t)
+	dir := t.TempDir()
+	gone := filepath.Join(dir, "gone")
+	kept := filepath.Join(dir, "kept")
+	if err := os.WriteFile(kept, []byte("k"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rules := Ruleset{HandledFS: ReadFile | WriteFile | MakeReg, Paths: []PathRule{
+		{Path: gone, Access: ReadFile | WriteFile},
+		{Path: kept, Access: ReadFile},
+		{Path: "/dev/null", Access: ReadFile | WriteFile}, // os/exec opens it for stdio
+	}}
+	res := runInChild(t, childSpec{Rules: rules, Ops: []op{{Kind: "read", Path: kept}, {Kind: "write", Path: gone}}})
+	if res.Err != "" || res.Errs[0] != "" || res.Errs[1] != "EACCES" {
+		t.Fatalf("restrict %q; read of the kept rule %q, write under the removed one's name %q", res.Err, res.Errs[0], res.Errs[1])
+	}
+}
+
 func TestRestrictTCPConnect(t *testing.T) {
 	abi := requireLandlock(t)
 	if abi < 4 {
