@@ -123,6 +123,16 @@ func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID
 	if p == nil || p.Size <= 0 {
 		return nil
 	}
+	s, otherRoot := p.claim(tenant, root, ownerUID, ownerGID)
+	if s == nil && otherRoot {
+		// The tenant's sandboxes were inside another root: the call runs cold, and the
+		// refill prepares its root for the next.
+		p.refillAfter(tenant)
+	}
+	return s
+}
+
+func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.used[tenant] = time.Now()
@@ -131,12 +141,19 @@ func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID
 	for len(p.idle[tenant]) > 0 {
 		w := p.idle[tenant][0]
 		p.idle[tenant] = p.idle[tenant][1:]
+		// An init that prepared a root is inside it: a call with another root runs cold.
+		// One started before the tenant's first call prepared none and builds the call's.
+		if w.s.prepared != nil && !sandboxinit.SamePlan(w.s.prepared, &root) {
+			otherRoot = true
+			p.retire(w.s)
+			continue
+		}
 		if alive, _ := cgroup.Populated(w.s.cg.V2); alive && time.Since(w.started) < p.MaxAge {
-			return w.s
+			return w.s, false
 		}
 		p.retire(w.s)
 	}
-	return nil
+	return nil, otherRoot
 }
 
 // retire discards a sandbox in the background.

@@ -143,7 +143,8 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	defer quota.close()
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	var sb *sandbox
-	if env.init.NewNet {
+	if env.init.NewNet && !env.init.HostRoot {
+		// audit mode shows the host's root: a warm init is inside the root it prepared
 		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID)
 	}
 	if sb != nil {

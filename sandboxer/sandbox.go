@@ -21,6 +21,8 @@ import (
 type sandbox struct {
 	tenant string
 	newNet bool
+	// prepared is the root a warm sandbox's init built and pivoted into before its call.
+	prepared *sandboxinit.RootPlan
 	cg     *cgroup.Cgroup
 	lease  *cgroup.Lease
 	ids    *hostIDs // the tool's host uid and gid, this sandbox's alone
@@ -45,7 +47,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{tenant: tenant, newNet: newNet, cg: cg, cfg: -1, idmap: -1}
+	s := &sandbox{tenant: tenant, newNet: newNet, prepared: prepare, cg: cg, cfg: -1, idmap: -1}
 	defer func() {
 		if err != nil {
 			s.discard()

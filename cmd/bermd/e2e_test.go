@@ -169,6 +169,50 @@ exit 3`
 	}
 }
 
+// A warm sandbox's init is inside the root it prepared (it dropped the host's before its
+// call): a call whose policy needs another root runs cold, and the sandboxes refilled after it
+// prepare that root, warm again.
+func TestDaemonWarmSandboxOnlyForItsRoot(t *testing.T) {
+	if st, err := os.Stat("/srv"); err != nil || !st.IsDir() {
+		t.Fatalf("the test grants /srv, which Debian's base system has: %v", err)
+	}
+	d := startDaemon(t)
+	ws := bermbin.Workspace(t)
+	pol := filepath.Join(t.TempDir(), "srv.yaml")
+	os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: with-srv}
+spec:
+  filesystem:
+    read: [/usr, /bin, /sbin, /lib, /lib64, /etc, /srv]
+    write: ["${WORKSPACE}", "${TMP}", /dev/null]
+    exec: [/usr, /bin, /sbin, /lib, /lib64]
+`), 0o644)
+	for _, c := range []struct {
+		id         string
+		srv        bool // the call's policy grants /srv: another root than strict's
+		warm, cold float64
+	}{
+		{"root-strict", false, 1, 0}, // the sandbox bermd started with prepared no root
+		{"root-strict-2", false, 2, 0},
+		{"root-srv", true, 2, 1}, // the warm sandbox is inside strict's root
+		{"root-srv-2", true, 3, 1},
+	} {
+		d.settled(t)
+		args := []string{"--call-id", c.id, "--workspace", ws}
+		if c.srv {
+			args = append(args, "--policy", pol)
+		}
+		r := d.run(t, "", append(args, "--", "/bin/sh", "-c", "test -d /srv && echo srv; echo done")...)
+		if want := map[bool]string{true: "srv\ndone\n", false: "done\n"}[c.srv]; r.Exit != 0 || r.Stdout != want {
+			t.Fatalf("%s: exit %d, stdout %q (want %q)\nstderr: %s", c.id, r.Exit, r.Stdout, want, r.Stderr)
+		}
+		if w, cold := d.metric(t, "berm_sandbox_launches_warm_total"), d.metric(t, "berm_sandbox_launches_cold_total"); w != c.warm || cold != c.cold {
+			t.Fatalf("after %s: %v warm and %v cold launches, want %v and %v", c.id, w, cold, c.warm, c.cold)
+		}
+	}
+}
+
 // A caller's SIGINT ends its call as interrupted; a caller killed outright ends it as
 // client_lost, and nothing of the call survives either.
 func TestDaemonCallEndsWithItsCaller(t *testing.T) {

@@ -183,6 +183,11 @@ func Main() {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
+		// Its runtime up, the stage reads nothing of the host's any more: into the root.
+		if err := pivotInto(); err != nil {
+			stage.kill()
+			report(Status{Error: "prepare root: " + err.Error()}, 125)
+		}
 		warmUp()
 		if msg, fds, err = ch.next(); err != nil {
 			stage.kill()
@@ -403,22 +408,18 @@ func prepareRoot(plan *RootPlan) error {
 	return os.Mkdir(in("/tmp"), 0o1777)
 }
 
-// samePlan says whether a prepared root is the one a call needs.
-func samePlan(a, b *RootPlan) bool {
+// SamePlan says whether a prepared root is the one a call needs (the launcher hands a warm
+// sandbox only to a call whose plan is its own: the init, pivoted into it, cannot rebuild).
+func SamePlan(a, b *RootPlan) bool {
 	return reflect.DeepEqual(a.Binds, b.Binds) && reflect.DeepEqual(a.Devices, b.Devices)
 }
 
-// setupMounts completes the call's root (prepared ahead when the init was warm and the plan
-// matches) and pivots into it.
+// setupMounts completes the call's root and makes it the init's: a warm init's was prepared
+// and pivoted into ahead (pivotInto), a cold one's is built here, completed, then pivoted into.
 func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) error {
 	ws := cfg.workspaceTree
-	if cfg.HostRoot || (prepared != nil && !samePlan(prepared, &cfg.Root)) {
-		if prepared != nil {
-			if err := unix.Unmount(newRoot, unix.MNT_DETACH); err != nil {
-				return fmt.Errorf("drop the prepared root: %w", err)
-			}
-			prepared = nil
-		}
+	if prepared != nil && (cfg.HostRoot || !SamePlan(prepared, &cfg.Root)) {
+		return errors.New("the warm sandbox's prepared root is not the call's (the launcher hands warm sandboxes to calls with their plan only)")
 	}
 	if cfg.HostRoot {
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -429,29 +430,48 @@ func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) erro
 		}
 		return beforePivot()
 	}
+	root := "/" // a warm init's, pivoted into already
 	if prepared == nil {
 		if err := prepareRoot(&cfg.Root); err != nil {
 			return err
 		}
+		root = newRoot
 	}
-	if err := mountTmp(in("/tmp"), cfg.TmpBytes, cfg.TmpInodes, cfg.TmpNoExec); err != nil {
+	at := func(p string) string { return filepath.Join(root, p) }
+	if err := mountTmp(at("/tmp"), cfg.TmpBytes, cfg.TmpInodes, cfg.TmpNoExec); err != nil {
 		return err
 	}
 	// The workspace at its own path (after /tmp: it may live under it), its sub-mounts masked.
-	if err := bindWorkspace(ws, in(cfg.Workspace), cfg.Workspace); err != nil {
+	if err := bindWorkspace(ws, at(cfg.Workspace), cfg.Workspace); err != nil {
 		return err
 	}
-	if err := maskSubmounts(newRoot, cfg.Root.Masked); err != nil {
+	if err := maskSubmounts(root, cfg.Root.Masked); err != nil {
 		return err
 	}
-	if err := mountSecrets(newRoot, cfg); err != nil {
+	if err := mountSecrets(root, cfg); err != nil {
 		return err
 	}
+	if prepared == nil {
+		if err := beforePivot(); err != nil {
+			return err
+		}
+		if err := pivotInto(); err != nil {
+			return err
+		}
+	}
+	// Nothing new at the top of the root.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount root read-only: %w", err)
+	}
+	return nil
+}
 
+// pivotInto makes the root at newRoot the init's and drops the host's. pivot_root moves every
+// process of the namespace whose root was the old one (the tool's stage, started from the
+// host's view). Dropping the host's tree (a copy of every host mount) is the costly part of a
+// root: a warm init does it before its call.
+func pivotInto() error {
 	if err := os.Mkdir(in("/.old-root"), 0o700); err != nil {
-		return err
-	}
-	if err := beforePivot(); err != nil {
 		return err
 	}
 	if err := unix.PivotRoot(newRoot, in("/.old-root")); err != nil {
@@ -463,14 +483,7 @@ func setupMounts(cfg *Config, prepared *RootPlan, beforePivot func() error) erro
 	if err := unix.Unmount("/.old-root", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach the host's root: %w", err)
 	}
-	if err := os.Remove("/.old-root"); err != nil {
-		return err
-	}
-	// Nothing new at the top of the root.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount root read-only: %w", err)
-	}
-	return nil
+	return os.Remove("/.old-root")
 }
 
 // hostRootMounts is audit mode's view: the host's root, a private /tmp and /proc, the

@@ -17,14 +17,15 @@ type SecretFile struct {
 	Data []byte `json:"data"`
 }
 
-// mountSecrets delivers cfg's secret files under root (the new root before the pivot, or "/"
-// in audit mode, where the directory must exist on the host: nothing is made there).
+// mountSecrets delivers cfg's secret files under root (the call's root, at newRoot before the
+// pivot or at "/" after it), or on the host's root in audit mode (cfg.HostRoot), where the
+// directory must exist: nothing is made there.
 func mountSecrets(root string, cfg *Config) error {
 	mounted := map[string]bool{}
 	for _, s := range cfg.Secrets {
 		dir := filepath.Join(root, filepath.Dir(s.Path))
 		if !mounted[dir] {
-			if root == "/" {
+			if cfg.HostRoot {
 				if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 					return fmt.Errorf("deliver credential file %s: audit mode shows the host's file system, and %s is not a directory there", s.Path, filepath.Dir(s.Path))
 				}
