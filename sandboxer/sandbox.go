@@ -23,9 +23,9 @@ type sandbox struct {
 	newNet bool
 	// prepared is the root a warm sandbox's init built and pivoted into before its call.
 	prepared *sandboxinit.RootPlan
-	cg     *cgroup.Cgroup
-	lease  *cgroup.Lease
-	ids    *hostIDs // the tool's host uid and gid, this sandbox's alone
+	cg       *cgroup.Cgroup
+	lease    *cgroup.Lease
+	ids      *hostIDs // the tool's host uid and gid, this sandbox's alone
 	// idmap maps a workspace owner to ids, prepared ahead for a warm sandbox (-1: none).
 	idmap              int
 	idmapUID, idmapGID uint32
