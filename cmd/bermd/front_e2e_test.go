@@ -52,16 +52,8 @@ func runFront(t *testing.T, bin, dir, stdin, id string, env []string, args ...st
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Env, cmd.Stdin = dir, append(os.Environ(), env...), strings.NewReader(stdin)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s %v: %v", bin, args, err)
-	}
-	return bermbin.Result{Stdout: strings.ReplaceAll(out.String(), id, "ID"), Stderr: strings.ReplaceAll(errb.String(), id, "ID"), Exit: code}
+	r := bermbin.Run(t, cmd)
+	return bermbin.Result{Stdout: strings.ReplaceAll(r.Stdout, id, "ID"), Stderr: strings.ReplaceAll(r.Stderr, id, "ID"), Exit: r.Exit}
 }
 
 // The C front and the Go front give the same exit status, stdout and stderr bytes for the

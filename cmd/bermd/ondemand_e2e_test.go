@@ -98,16 +98,8 @@ func stopDaemons(t *testing.T, socket string, pids *[]int) {
 
 func onDemandRun(t *testing.T, bin, socket, ws string, args ...string) (stdout, stderr string, exit int) {
 	t.Helper()
-	cmd := execBerm(bin, socket, ws, args...)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(interface{ ExitCode() int }); ok {
-		exit = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), exit
+	r := bermbin.Run(t, execBerm(bin, socket, ws, args...))
+	return r.Stdout, r.Stderr, r.Exit
 }
 
 const startLine = "berm: starting bermd (exits after 5s idle)"

@@ -84,6 +84,13 @@ func BermIn(t testing.TB, env []string, stdin io.Reader, args ...string) Result 
 	cmd := exec.Command(Path(t, "berm"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = stdin
+	return Run(t, cmd)
+}
+
+// Run runs cmd with its stdout and stderr captured; a command that could not run at all
+// fails the test.
+func Run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -91,7 +98,7 @@ func BermIn(t testing.TB, env []string, stdin io.Reader, args ...string) Result 
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("berm %v: %v", args, err)
+		t.Fatalf("%v: %v", cmd.Args, err)
 	}
 	return Result{out.String(), errb.String(), code}
 }

@@ -333,14 +333,7 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 func (s *Server) logTail() string {
-	var parts []string
-	for _, f := range []string{"clickhouse-server.err.log", "stdout.log"} {
-		b, _ := os.ReadFile(filepath.Join(s.Dir, "log", f))
-		if len(b) > 0 {
-			parts = append(parts, tail(b))
-		}
-	}
-	return strings.Join(parts, "\n")
+	return testutil.LogTail(filepath.Join(s.Dir, "log", "clickhouse-server.err.log"), filepath.Join(s.Dir, "log", "stdout.log"))
 }
 
 // Running says whether the server process is alive.

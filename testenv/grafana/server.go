@@ -172,15 +172,7 @@ func (s *Server) waitHealthy(ctx context.Context, dashboards []string) error {
 
 // LogTail is the end of Grafana's log, for error messages.
 func (s *Server) LogTail() string {
-	var parts []string
-	for _, f := range []string{"grafana.log", "stdout.log"} {
-		b, _ := os.ReadFile(filepath.Join(s.Dir, "logs", f))
-		if len(b) > 3000 {
-			b = b[len(b)-3000:]
-		}
-		parts = append(parts, string(b))
-	}
-	return strings.Join(parts, "\n")
+	return testutil.LogTail(filepath.Join(s.Dir, "logs", "grafana.log"), filepath.Join(s.Dir, "logs", "stdout.log"))
 }
 
 // Stop stops the server (SIGTERM, SIGKILL after 10 s) and its plugins.

@@ -133,13 +133,7 @@ func ForTest(t testing.TB, cfg Config) *Server {
 }
 
 // LogTail is the end of the server's log, for error messages.
-func (s *Server) LogTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "prometheus.log"))
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
+func (s *Server) LogTail() string { return testutil.LogTail(filepath.Join(s.Dir, "prometheus.log")) }
 
 // Stop stops the server (SIGTERM, SIGKILL after 10 s).
 func (s *Server) Stop() {

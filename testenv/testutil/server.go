@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -86,4 +87,20 @@ func ServerForTest[S any](t testing.TB, what string, timeout time.Duration, star
 	}
 	t.Cleanup(func() { stop(s) })
 	return s
+}
+
+// LogTail is the end (3000 bytes at most) of each of a server's log files that has anything
+// in it, for error messages.
+func LogTail(paths ...string) string {
+	var parts []string
+	for _, p := range paths {
+		b, _ := os.ReadFile(p)
+		if len(b) > 3000 {
+			b = b[len(b)-3000:]
+		}
+		if len(b) > 0 {
+			parts = append(parts, string(b))
+		}
+	}
+	return strings.Join(parts, "\n")
 }
