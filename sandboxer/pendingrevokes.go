@@ -1,6 +1,7 @@
 package sandboxer
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -152,15 +153,19 @@ func (l *launch) persistRevokes() error {
 	return p.write()
 }
 
+// write puts the record in place of the last: written over it first, then cut to its length.
+// A launcher killed in between leaves the new record followed by the old one's tail, which
+// the replay (it reads the first JSON value) ignores; truncating first would leave an empty
+// file, and its revokes lost.
 func (p *pendingRevokes) write() error {
 	data, err := json.Marshal(p.rec)
 	if err != nil {
 		return err
 	}
-	if err := p.f.Truncate(0); err != nil {
+	if _, err := p.f.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("pending revokes: %w", err)
 	}
-	if _, err := p.f.WriteAt(data, 0); err != nil {
+	if err := p.f.Truncate(int64(len(data))); err != nil {
 		return fmt.Errorf("pending revokes: %w", err)
 	}
 	if err := p.f.Sync(); err != nil {
@@ -266,7 +271,8 @@ func replayRevokeFile(j lateJournal, p string, log *slog.Logger) error {
 	var rec pendingRevokeFile
 	data, err := os.ReadFile(p)
 	if err == nil {
-		err = json.Unmarshal(data, &rec)
+		// the first value: what follows it is an older record's tail (write)
+		err = json.NewDecoder(bytes.NewReader(data)).Decode(&rec)
 	}
 	if err != nil || rec.CallID == "" {
 		// Written by a launcher that died before the file was whole: nothing in it to run

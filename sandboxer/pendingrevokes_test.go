@@ -90,6 +90,49 @@ func TestReplayRevokes(t *testing.T) {
 	}
 }
 
+// A launcher killed while rewriting its file (a revoke ran, the record got shorter) left the
+// new record with the old one's tail behind it: the replay runs what the new record holds.
+func TestReplayRevokeAfterAnUnfinishedRewrite(t *testing.T) {
+	state, tmp := t.TempDir(), t.TempDir()
+	dir := filepath.Join(state, pendingRevokesDir)
+	os.MkdirAll(dir, 0o700)
+	log := filepath.Join(tmp, "log")
+	script := filepath.Join(tmp, "revoke.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$1 $BERM_SECRET_FINGERPRINT\" >> "+log+"\n"), 0o700)
+	rec := pendingRevokeFile{CallKey: "k1", CallID: "c1", Tenant: "t1", Tool: "tool1", Creds: []pendingRevoke{
+		{Name: "db", Fingerprint: "fp-db", Revoke: []string{script, "db"}, TTLSeconds: 60},
+		{Name: "gh", Fingerprint: "fp-gh", Revoke: []string{script, "gh"}, TTLSeconds: 60},
+	}}
+	p := filepath.Join(dir, "call-0011223344556677.json")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &pendingRevokes{f: f, path: p, rec: rec}
+	if err := pr.write(); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(p)
+	// db revoked: the shorter record written over the longer one, the cut not made
+	pr.rec.Creds = pr.rec.Creds[1:]
+	data, _ := json.Marshal(pr.rec)
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, _ := os.ReadFile(p); len(got) != len(old) {
+		t.Fatalf("the file is %d bytes, want the old record's %d followed by nothing new", len(got), len(old))
+	}
+	j := lateEvents{}
+	replayRevokes(state, j, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if got, _ := os.ReadFile(log); string(got) != "gh fp-gh\n" {
+		t.Fatalf("revokes run: %q, want gh's alone", got)
+	}
+	if len(j["k1"]) != 1 {
+		t.Errorf("journalled after restart: %+v", j)
+	}
+}
+
 // A launcher killed while a credential was minting left its intent: no call key (the call
 // never began) and no fingerprint. The replay runs the revoke with the call's ids and an empty
 // fingerprint, journals nothing (no trail to put it in) and removes the file.
