@@ -171,7 +171,7 @@ exit 3`
 
 // A warm sandbox's init is inside the root it prepared (it dropped the host's before its
 // call): a call whose policy needs another root runs cold, and the sandboxes refilled after it
-// prepare that root, warm again.
+// prepare that root, warm again. A stricter call never sees a root prepared with more in it.
 func TestDaemonWarmSandboxOnlyForItsRoot(t *testing.T) {
 	if st, err := os.Stat("/srv"); err != nil || !st.IsDir() {
 		t.Fatalf("the test grants /srv, which Debian's base system has: %v", err)
@@ -197,6 +197,8 @@ spec:
 		{"root-strict-2", false, 2, 0},
 		{"root-srv", true, 2, 1}, // the warm sandbox is inside strict's root
 		{"root-srv-2", true, 3, 1},
+		// the other way: a root with more in it (/srv) is never handed to a stricter call
+		{"root-strict-3", false, 3, 2},
 	} {
 		d.settled(t)
 		args := []string{"--call-id", c.id, "--workspace", ws}
