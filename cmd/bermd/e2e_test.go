@@ -235,18 +235,7 @@ func TestDaemonCallEndsWithItsCaller(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("%s: the call did not start", tc.id)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		os.Remove(filepath.Join(ws, "started"))
+		bermbin.WaitFile(t, cmd, filepath.Join(ws, "started"))
 		cmd.Process.Signal(tc.sig)
 		cmd.Wait()
 		// The record is written when the call has ended; wait for it.
@@ -320,16 +309,7 @@ func TestDaemonWarmCallTakesItsCaps(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("%s did not start", id)
-			}
-		}
-		os.Remove(filepath.Join(ws, "started"))
+		bermbin.WaitFile(t, cmd, filepath.Join(ws, "started"))
 		var found []string
 		for _, pattern := range []string{"/sys/fs/cgroup/memory/berm/default/warm-*/memory.limit_in_bytes", "/sys/fs/cgroup/berm/default/warm-*/memory.max", "/sys/fs/cgroup/unified/berm/default/warm-*/memory.max"} {
 			files, _ := filepath.Glob(pattern)

@@ -158,16 +158,7 @@ func TestFrontsPassInterrupts(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					cmd.Process.Kill()
-					t.Fatalf("%s: the call did not start", id)
-				}
-			}
-			os.Remove(filepath.Join(ws, "started"))
+			bermbin.WaitFile(t, cmd, filepath.Join(ws, "started"))
 			cmd.Process.Signal(sig)
 			cmd.Wait()
 			got = append(got, bermbin.Result{Stdout: out.String(), Stderr: strings.ReplaceAll(errb.String(), id, "ID"), Exit: cmd.ProcessState.ExitCode()})

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/testenv/testutil"
@@ -85,6 +86,23 @@ func BermIn(t testing.TB, env []string, stdin io.Reader, args ...string) Result 
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = stdin
 	return Run(t, cmd)
+}
+
+// WaitFile waits (10 s at most) for the call cmd started to make marker (a file the tool
+// writes once it runs), then removes it. A call that does not get there is killed and fails
+// the test.
+func WaitFile(t testing.TB, cmd *exec.Cmd, marker string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("%v: the call did not start (no %s)", cmd.Args, marker)
+		}
+	}
+	os.Remove(marker)
 }
 
 // Run runs cmd with its stdout and stderr captured; a command that could not run at all
