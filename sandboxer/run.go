@@ -496,8 +496,16 @@ func (l *launch) finish(d *delivery) agent.Result {
 	if spec.PolicyFile != "" {
 		go l.reloadPolicy(done)
 	}
-	waitErr := cmd.Wait()
-	sb.cmd = nil
+	// The init reports the tool's end before its own: with every other process of the call
+	// reaped (Reaped), the call ends now and the init's exit (its runtime, the namespaces'
+	// teardown) goes on beside it; the sandbox's discard waits for it. Otherwise (the init
+	// died, or something stayed), the init's exit and an empty cgroup are waited for first.
+	var st sandboxinit.Status
+	var waitErr error
+	if err := json.NewDecoder(sb.stat).Decode(&st); err != nil || !st.Reaped {
+		waitErr = cmd.Wait()
+		sb.cmd = nil
+	}
 	close(done)
 	// The watcher's last look is over before the reason is read: a cap it found as the tool
 	// ended is recorded once, as the call's reason, not found again below.
@@ -515,16 +523,15 @@ func (l *launch) finish(d *delivery) agent.Result {
 		}
 	}
 
-	var st sandboxinit.Status
-	statData, _ := io.ReadAll(sb.stat)
-	_ = json.Unmarshal(statData, &st)
-
-	// Whatever the tool left behind (daemons, setsid grandchildren) goes now. What cannot be
-	// killed stays registered with the agent (traced, and judged by the kernel layers that
-	// fail closed) until it is gone: see lingerUntilEmpty.
-	if err := l.cg.KillAndWait(10 * time.Second); err != nil {
-		res.Detail = err.Error()
-		res.Populated = true
+	// Whatever the tool left behind (daemons, setsid grandchildren) goes now, when the init
+	// did not already see to it. What cannot be killed stays registered with the agent
+	// (traced, and judged by the kernel layers that fail closed) until it is gone: see
+	// lingerUntilEmpty.
+	if !st.Reaped {
+		if err := l.cg.KillAndWait(10 * time.Second); err != nil {
+			res.Detail = err.Error()
+			res.Populated = true
+		}
 	}
 	copiers.Wait()
 	// Every process of the call is gone: what it left in the workspace stays as it is now.

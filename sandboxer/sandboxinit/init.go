@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -111,6 +112,9 @@ type Status struct {
 	Code    int    `json:"code"`
 	Signal  int    `json:"signal"`
 	Error   string `json:"error,omitempty"`
+	// Reaped: every other process of the call had ended and was reaped when the init
+	// reported; only the init itself, on its way out, is left in the call's cgroup.
+	Reaped bool `json:"reaped,omitempty"`
 }
 
 // Main is the sandbox init. It never returns.
@@ -308,15 +312,63 @@ func Main() {
 		if pid != tool {
 			continue
 		}
-		st := Status{Started: true}
+		st, code := Status{Started: true}, 0
 		if ws.Signaled() {
 			st.Signal = int(ws.Signal())
-			report(st, 128+st.Signal)
+			code = 128 + st.Signal
+		} else {
+			st.Exited, st.Code = true, ws.ExitStatus()
+			code = st.Code
 		}
-		st.Exited, st.Code = true, ws.ExitStatus()
-		report(st, st.Code)
+		if st.Reaped = reapAll(); st.Reaped {
+			// The tool's stdout and stderr are this process's too: the launcher's copiers
+			// see their end here, not at this process's exit.
+			unix.Close(1)
+			unix.Close(2)
+		}
+		report(st, code)
 	}
 }
+
+// reapAll kills every other process of the call's pid namespace (nested namespaces' too) and
+// reaps them, so that the launcher can end the call as soon as the status arrives: this
+// process's own exit (its runtime's threads and memory, the namespaces' teardown) then
+// happens beside the call's end instead of before it. The kernel refuses a fork to a process
+// with SIGKILL pending, so nothing is started behind the loop's back; it ends when nothing is
+// left to signal and nothing to reap. False, after reapWait at most: something stayed (a
+// process this one may not signal, a nested namespace's still on its way out, one slow to
+// die); the launcher then waits for the call's cgroup to empty, as for an init that died.
+func reapAll() bool {
+	deadline := time.Now().Add(reapWait)
+	for {
+		// -1 from pid 1: every process of the namespace but this one. ESRCH: none at all
+		// (zombies count); a process it may not signal does not make it fail.
+		killErr := unix.Kill(-1, unix.SIGKILL)
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.ECHILD && killErr == unix.ESRCH {
+				return true
+			}
+			if err == unix.ECHILD || pid == 0 {
+				break
+			}
+			if err != nil {
+				return false
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// reapWait bounds reapAll.
+const reapWait = 100 * time.Millisecond
 
 // forwardListener passes the approval listener from the tool's stage to the launcher.
 func forwardListener(stage *toolStage) {
