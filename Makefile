@@ -3,8 +3,8 @@ GO       ?= go
 BIN      := bin
 # The Grafana datasource plugin, installable as it is (see dashboards/README.md).
 PLUGIN   := $(BIN)/grafana/berm-datasource
-# cmd/berm is the C front (main.c); the others are Go.
-CMDS     := $(filter-out internal berm,$(notdir $(wildcard cmd/*)))
+# cmd/berm (the front) and cmd/berm-stage (the tool's stage) are C; the others are Go.
+CMDS     := $(filter-out internal berm berm-stage,$(notdir $(wildcard cmd/*)))
 CC       ?= cc
 # Static when the C library's archive is there: no dynamic loader on every call.
 FRONT_LDFLAGS ?= $(shell echo 'int main(void){return 0;}' | $(CC) -x c -static -o /dev/null - 2>/dev/null && echo -static)
@@ -19,10 +19,12 @@ build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 	$(MAKE) --no-print-directory front
 
-# The C front alone (testenv/bermbin builds it so for tests, FRONT naming where).
+# The C binaries alone (testenv/bermbin builds them so for tests, FRONT and STAGE naming where).
 FRONT ?= $(BIN)/berm
+STAGE ?= $(dir $(FRONT))berm-stage
 front:
 	$(CC) -O2 -Wall -Wextra $(FRONT_LDFLAGS) -o $(FRONT) cmd/berm/main.c
+	$(CC) -O2 -Wall -Wextra $(FRONT_LDFLAGS) -o $(STAGE) cmd/berm-stage/main.c
 	@mkdir -p $(PLUGIN)/img
 	$(GO) build -o $(PLUGIN)/gpx_berm-datasource_$$($(GO) env GOOS)_$$($(GO) env GOARCH) ./dashboards/plugin/cmd/berm-datasource
 	cp dashboards/plugin/dist/plugin.json dashboards/plugin/dist/module.js $(PLUGIN)/

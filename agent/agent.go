@@ -265,10 +265,11 @@ type Call struct {
 	fatal string
 	// initPID is the sandbox init (the call's first process): its setup is berm's own doing,
 	// traced like everything else but not judged as the tool's.
-	initPID uint32
-	initExe string
-	// toolStarted: a child of the init executed something other than the init's binary (the
-	// tool). From then on, the init's children are the tool's (orphans it reaps), not set-up.
+	initPID  uint32
+	initExe  string
+	stageExe string
+	// toolStarted: a child of the init executed something other than the init's binary or
+	// the tool's stage (the tool). From then on, the init's children are the tool's (orphans it reaps), not set-up.
 	toolStarted bool
 
 	// The call's own pipeline stage (callworker.go): the decoder hands it the call's events
@@ -309,9 +310,10 @@ type CallOptions struct {
 	Network bool `json:"network"`
 	// InitPID is the sandbox init, already in the cgroup when the call begins: its set-up is
 	// berm's, not the tool's, and is not judged. So is its child's until that child executes
-	// the tool (the tool's stage, running the init's own binary, InitExe).
-	InitPID uint32 `json:"init_pid,omitempty"`
-	InitExe string `json:"init_exe,omitempty"` // the init binary's file name (default berm-init)
+	// the tool (the tool's stage: it runs StageExe, or the init's own binary, InitExe).
+	InitPID  uint32 `json:"init_pid,omitempty"`
+	InitExe  string `json:"init_exe,omitempty"`  // the init binary's file name (default berm-init)
+	StageExe string `json:"stage_exe,omitempty"` // the tool's stage's file name (berm-stage)
 	// EventBudget is how many events the call records one by one (0: DefaultEventBudget);
 	// past it, high-volume kinds are aggregated per kind and object.
 	EventBudget int64 `json:"event_budget,omitempty"`
@@ -350,7 +352,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe}
 	if c.initExe == "" {
 		c.initExe = "berm-init"
 	}
@@ -397,7 +399,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return failStarted(err)
 	}
 	audit := opts.Policy != nil && opts.Policy.Mode == policy.Audit
-	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, RefusalsOnly: opts.RefusalsOnly, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe}); err != nil {
+	if err := a.tr.Register(start.CgroupID, tracer.CallConfig{Slot: uint32(slot), Traced: traced, RefusalsOnly: opts.RefusalsOnly, Audit: audit, InitTGID: opts.InitPID, InitExe: c.initExe, StageExe: c.stageExe}); err != nil {
 		return failStarted(err)
 	}
 	if err := a.attachLayers(c, opts); err != nil {
@@ -962,7 +964,7 @@ func (c *Call) setupEvent(ev *event.Event) bool {
 		return true
 	case c.toolStarted || ev.PPID != c.initPID:
 		return false
-	case ev.Kind == event.KindExec && ev.Exec != nil && ev.Exec.ExeName != c.initExe:
+	case ev.Kind == event.KindExec && ev.Exec != nil && ev.Exec.ExeName != c.initExe && (c.stageExe == "" || ev.Exec.ExeName != c.stageExe):
 		c.toolStarted = true
 		return false
 	}

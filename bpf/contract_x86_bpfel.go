@@ -33,6 +33,7 @@ type WireBermCallCfg struct {
 	InitTgid    uint32
 	Pad         uint32
 	InitExe     [16]int8
+	StageExe    [16]int8
 }
 
 type WireBermConnect struct {

@@ -18,6 +18,18 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* berm_same_name: two file names of at most BERM_COMM_LEN bytes, NUL-terminated, are equal. */
+static __always_inline int berm_same_name(const char *a, const char *b)
+{
+	for (int i = 0; i < BERM_COMM_LEN; i++) {
+		if (a[i] != b[i])
+			return 0;
+		if (!a[i])
+			break;
+	}
+	return 1;
+}
+
 /*
  * sched_process_exec fires once the new image is committed, with bprm still alive: the only
  * point where the resolved filename and the new argv (already copied to the new mm) are both
@@ -65,21 +77,11 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	if (bpf_probe_read_kernel_str(e->exe_name, sizeof(e->exe_name),
 				      BPF_CORE_READ(file, f_path.dentry, d_name.name)) < 0)
 		e->exe_name[0] = 0;
-	/* The init's child executing something other than the init's binary is the tool
-	 * starting: from here on the call's syscalls are the tool's (counted). */
-	if ((cfg->flags & BERM_CALL_SETUP) && BPF_CORE_READ(p, real_parent, tgid) == cfg->init_tgid) {
-		int same = 1;
-		for (int i = 0; i < BERM_COMM_LEN; i++) {
-			if (e->exe_name[i] != cfg->init_exe[i]) {
-				same = 0;
-				break;
-			}
-			if (!e->exe_name[i])
-				break;
-		}
-		if (!same)
-			cfg->flags &= ~BERM_CALL_SETUP;
-	}
+	/* The init's child executing something other than the init's binary or the tool's stage
+	 * is the tool starting: from here on the call's syscalls are the tool's (counted). */
+	if ((cfg->flags & BERM_CALL_SETUP) && BPF_CORE_READ(p, real_parent, tgid) == cfg->init_tgid &&
+	    !berm_same_name(e->exe_name, cfg->init_exe) && !berm_same_name(e->exe_name, cfg->stage_exe))
+		cfg->flags &= ~BERM_CALL_SETUP;
 
 	/* argv of the new image, not yet running: nothing can have rewritten it */
 	unsigned long start = BPF_CORE_READ(p, mm, arg_start);

@@ -230,7 +230,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init),
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init), StageExe: sandboxinit.StageBinary,
 		EventBudget: env.compiled.EventBudget, DNSUpstream: spec.DNSUpstream,
 	})
 	if err != nil {

@@ -153,10 +153,12 @@ type CallConfig struct {
 	// Audit: kernel-side enforcement (the cgroup sock hooks) reports would-be denials and
 	// blocks nothing (policy mode: audit).
 	Audit bool
-	// InitTGID is the sandbox init, InitExe its binary's file name: until a child of the init
-	// executes anything else (the tool), the call's syscalls are set-up, not counted. 0: none.
+	// InitTGID is the sandbox init, InitExe its binary's file name, StageExe the tool's stage's:
+	// until a child of the init executes anything else (the tool), the call's syscalls are
+	// set-up, not counted. 0: none.
 	InitTGID uint32
 	InitExe  string
+	StageExe string
 }
 
 // Register makes the programs report the cgroup's processes as the call in slot.
@@ -174,6 +176,9 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 		v.InitTgid = cfg.InitTGID
 		for i := 0; i < len(v.InitExe)-1 && i < len(cfg.InitExe); i++ {
 			v.InitExe[i] = int8(cfg.InitExe[i])
+		}
+		for i := 0; i < len(v.StageExe)-1 && i < len(cfg.StageExe); i++ {
+			v.StageExe[i] = int8(cfg.StageExe[i])
 		}
 	}
 	for _, nr := range slices.Concat(cfg.Traced, AlwaysTraced) {

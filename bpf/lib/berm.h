@@ -43,6 +43,7 @@ struct berm_call_cfg {
 	__u32 init_tgid; /* the sandbox init: its set-up and its child's are berm's, not the tool's */
 	__u32 pad;
 	char init_exe[BERM_COMM_LEN]; /* the init binary's file name, as an exec of it is named */
+	char stage_exe[BERM_COMM_LEN]; /* the tool's stage's (berm-stage): its exec is set-up too */
 };
 
 /* Every event starts with this header. */

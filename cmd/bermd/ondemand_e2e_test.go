@@ -19,13 +19,13 @@ import (
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
-// onDemandBin is a bin directory with berm (and its Go front), bermd and berm-init but no berm-full: a call
+// onDemandBin is a bin directory with berm (and its Go front), bermd, berm-init and berm-stage but no berm-full: a call
 // that did not go to bermd fails there (the embedded agent is berm-full's), so a call that
 // succeeds went through bermd.
 func onDemandBin(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range []string{"berm", "berm-front", "bermd", "berm-init"} {
+	for _, name := range []string{"berm", "berm-front", "bermd", "berm-init", "berm-stage"} {
 		src, err := os.Open(bermbin.Path(t, name))
 		if err != nil {
 			t.Fatal(err)

@@ -25,12 +25,9 @@ type Message struct {
 	PrepareNet bool `json:"prepareNet,omitempty"`
 	// Call is the call. Its frame carries the tool's stdin and the workspace's detached mount.
 	Call *Config `json:"call,omitempty"`
-	// Tool is what the init hands the tool's stage (tool.go), with the tool's stdin. It is
-	// sent as soon as the call is known, so that the stage reads it while the init builds the
-	// call's root; Start then lets the stage go on, once the root is complete.
-	Tool  *toolConfig `json:"tool,omitempty"`
-	Start bool        `json:"start,omitempty"`
-	// Listener goes the other way, tool's stage to init to launcher: its file is the approval
+	// Start lets a held init go on (Config.Hold).
+	Start bool `json:"start,omitempty"`
+	// Listener goes the other way, init to launcher (from the tool's stage): its file is the approval
 	// filter's notification listener (sandboxinit.Config.Approvals), owned by the launcher's
 	// supervisor and by nothing in the call.
 	Listener bool `json:"listener,omitempty"`

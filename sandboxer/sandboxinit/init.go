@@ -119,9 +119,6 @@ type Status struct {
 
 // Main is the sandbox init. It never returns.
 func Main() {
-	if len(os.Args) == 2 && os.Args[1] == toolArg {
-		toolMain()
-	}
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
 	status := os.NewFile(4, "status")
@@ -137,6 +134,10 @@ func Main() {
 		report(Status{Error: "mark inherited files close-on-exec: " + err.Error()}, 125)
 	}
 	hostUID, hostGID, err := parseIDs(os.Args)
+	if err != nil {
+		report(Status{Error: err.Error()}, 125)
+	}
+	stageBin, err := openStage()
 	if err != nil {
 		report(Status{Error: err.Error()}, 125)
 	}
@@ -157,7 +158,9 @@ func Main() {
 		if err := mountProc("/proc"); err != nil {
 			report(Status{Error: err.Error()}, 125)
 		}
-		if stage, err = startTool(hostUID, hostGID); err != nil {
+		stage, err = startTool(stageBin, hostUID, hostGID)
+		stageBin.Close()
+		if err != nil {
 			report(Status{Error: err.Error()}, 125)
 		}
 	}
@@ -298,8 +301,9 @@ func Main() {
 		report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
 	}
 	tool := stage.cmd.Process.Pid
-	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends;
-	// when init exits, the kernel kills whatever else is left in the namespace.
+	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends; then
+	// end whatever else is left (reapAll), or leave it to the kernel, which kills it when the
+	// init exits.
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -372,17 +376,13 @@ const reapWait = 100 * time.Millisecond
 
 // forwardListener passes the approval listener from the tool's stage to the launcher.
 func forwardListener(stage *toolStage) {
-	ch := &channel{fd: int(stage.cfgW.Fd())}
-	m, files, err := ch.next()
+	l, _ := recvListener(stage.cfgW)
 	stage.cfgW.Close()
-	if err != nil || !m.Listener || len(files) != 1 {
-		for _, f := range files {
-			f.Close()
-		}
+	if l == nil {
 		return
 	}
-	_ = SendFrame(3, Message{Listener: true}, int(files[0].Fd()))
-	files[0].Close()
+	_ = SendFrame(3, Message{Listener: true}, int(l.Fd()))
+	l.Close()
 }
 
 // closeOnExecFrom marks every file descriptor from first up close-on-exec.

@@ -7,13 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/policy/landlock"
-	"github.com/bermsec/berm/agent/policy/seccomp"
 )
 
 // The tool runs in a user namespace of its own, as ToolUID/ToolGID inside, mapped to the host
@@ -23,27 +22,27 @@ import (
 // the namespace's owner at every level up, so a namespace root made would couple every call
 // to root's limits. And it must be created before the init confines itself (its seccomp
 // filter refuses new namespaces, its Landlock domain writing the id maps). So the init starts
-// a second stage, berm-init with toolArg, in the new namespace; that stage confines itself as
-// the tool will be (no_new_privs, Landlock, seccomp) and executes the tool in its place.
+// a second stage, berm-stage (cmd/berm-stage), in the new namespace; that stage confines
+// itself as the tool will be (no_new_privs, Landlock, seccomp) and executes the tool in its
+// place. It is a small C program: its exec is on the call's critical path.
 const (
 	ToolUID = 1000
 	ToolGID = 1000
-	toolArg = "tool"
 )
 
-// toolConfig is what the second stage reads on fd 3; it reports a failure to start the tool
-// on fd 4 (close-on-exec: nothing arrives when the tool started).
+// toolConfig is what the stage reads on fd 3 (stageconfig.go is its format); it reports a
+// failure to start the tool on fd 4 (close-on-exec: nothing arrives when the tool started).
 type toolConfig struct {
-	Argv     []string          `json:"argv"`
-	Env      []string          `json:"env"`
-	Dir      string            `json:"dir"`
-	Landlock *landlock.Ruleset `json:"landlock,omitempty"`
-	Seccomp  Program           `json:"seccomp,omitempty"`
+	Argv     []string
+	Env      []string
+	Dir      string
+	Landlock *landlock.Ruleset
+	Seccomp  Program
 	// Approvals is installed last, with a listener sent back on the channel (Config.Approvals).
-	Approvals []unix.SockFilter `json:"approvals,omitempty"`
+	Approvals []unix.SockFilter
 	// Terminal: the stdin sent with the configuration is the call's pty; the tool takes it as
 	// its controlling terminal, and as stdout and stderr where the caller's are terminals.
-	Terminal *Terminal `json:"terminal,omitempty"`
+	Terminal *Terminal
 }
 
 type toolFailure struct {
@@ -55,18 +54,18 @@ type toolFailure struct {
 type toolStage struct {
 	cmd    *exec.Cmd
 	cfgW   *os.File // its channel: its configuration and the tool's stdin
-	failed *os.File // "up" once its runtime runs, then a toolFailure if the tool did not start
+	failed *os.File // "up" once it runs, then a toolFailure if the tool did not start
 	isUp   bool
 	// keepChannel: the approval listener comes back on cfgW once the stage is confined.
 	keepChannel bool
 }
 
-// startTool starts the second stage as the sandbox's identity (hostUID, hostGID). It is
-// started as soon as the init is in every cgroup of the call (ahead of the call, for a warm
-// init), from the host's view: its runtime's start-up reads (/sys) find what they look for.
-// The call's root reaches it later: pivot_root moves every process of the namespace whose root
-// was the old one. It waits for its configuration and the tool's stdin on its channel.
-func startTool(hostUID, hostGID uint32) (*toolStage, error) {
+// startTool starts the stage as the sandbox's identity (hostUID, hostGID). It is started as
+// soon as the init is in every cgroup of the call (ahead of the call, for a warm init), from
+// the host's view. The call's root reaches it later: pivot_root moves every process of the
+// namespace whose root was the old one. It waits for its configuration and the tool's stdin
+// on its channel.
+func startTool(bin *os.File, hostUID, hostGID uint32) (*toolStage, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("the tool's stage's channel: %w", err)
@@ -80,17 +79,11 @@ func startTool(hostUID, hostGID uint32) (*toolStage, error) {
 		return nil, err
 	}
 	defer failW.Close()
-	// The init's own binary by its path (the timeline names it so); through its magic link
-	// when that path cannot be reached.
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
-	}
-	stageCmd := func(path string) *exec.Cmd {
+	stageCmd := func(path string, extra ...*os.File) *exec.Cmd {
 		return &exec.Cmd{
-			Path: path, Args: []string{Arg0, toolArg}, Env: []string{},
+			Path: path, Args: []string{StageBinary}, Env: []string{},
 			Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-			ExtraFiles: []*os.File{cfgR, failW},
+			ExtraFiles: append([]*os.File{cfgR, failW}, extra...),
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags:  syscall.CLONE_NEWUSER,
 				UidMappings: []syscall.SysProcIDMap{{ContainerID: ToolUID, HostID: int(hostUID), Size: 1}},
@@ -102,11 +95,10 @@ func startTool(hostUID, hostGID uint32) (*toolStage, error) {
 			},
 		}
 	}
-	cmd := stageCmd(self)
-	err = startAs(cmd, hostUID, hostGID)
-	if err != nil && cmd.Path != "/proc/self/exe" {
-		// Unreachable by the host ids, or hidden (a warm init's prepared root covers /tmp).
-		cmd = stageCmd("/proc/self/exe")
+	cmd := stageCmd(bin.Name())
+	if err = startAs(cmd, hostUID, hostGID); err != nil {
+		// fd 5 in the stage; it closes every descriptor above 4 before it executes the tool
+		cmd = stageCmd("/proc/self/fd/5", bin)
 		err = startAs(cmd, hostUID, hostGID)
 	}
 	if err != nil {
@@ -117,7 +109,24 @@ func startTool(hostUID, hostGID uint32) (*toolStage, error) {
 	return &toolStage{cmd: cmd, cfgW: cfgW, failed: failR}, nil
 }
 
-// up waits until the stage's runtime has started (it reads nothing of the host after that).
+// openStage opens the stage's binary, beside the init's own, as root and from the host's view
+// (before a warm init's prepared root covers a temporary directory): it is executed through
+// this descriptor when the host ids cannot reach its path (a directory closed to others) or
+// the path is covered since.
+func openStage() (*os.File, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the tool's stage: find the init's own binary: %w", err)
+	}
+	path := filepath.Join(filepath.Dir(self), StageBinary)
+	bin, err := os.OpenFile(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the tool's stage (%s, installed beside the init: make build puts it in bin/): %w", path, err)
+	}
+	return bin, nil
+}
+
+// up waits until the stage runs (it reads nothing of the host after that).
 func (t *toolStage) up() error {
 	if t.isUp {
 		return nil
@@ -133,7 +142,11 @@ func (t *toolStage) up() error {
 // configure hands the stage the tool's configuration and stdin. It waits for start.
 func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
 	tc := toolConfig{Argv: cfg.Argv, Env: cfg.Env, Dir: cfg.Workspace, Landlock: cfg.Landlock, Seccomp: cfg.Seccomp, Approvals: cfg.Approvals, Terminal: cfg.Terminal}
-	if err := SendFrame(int(t.cfgW.Fd()), Message{Tool: &tc}, int(stdin.Fd())); err != nil {
+	msg, err := encodeStage(tc, setIDFilter())
+	if err == nil {
+		err = sendStage(t.cfgW, msg, int(stdin.Fd()))
+	}
+	if err != nil {
 		return fmt.Errorf("configure the tool's stage: %w", err)
 	}
 	t.keepChannel = len(cfg.Approvals) > 0
@@ -142,7 +155,7 @@ func (t *toolStage) configure(cfg *Config, stdin *os.File) error {
 
 // start lets the configured stage go on: it confines itself and executes the tool.
 func (t *toolStage) start() error {
-	err := SendFrame(int(t.cfgW.Fd()), Message{Start: true})
+	_, err := t.cfgW.Write([]byte{stageStart})
 	if !t.keepChannel || err != nil {
 		// With approvals the channel stays open: the listener comes back on it.
 		t.cfgW.Close()
@@ -209,93 +222,6 @@ func startAs(cmd *exec.Cmd, uid, gid uint32) (err error) {
 		return fmt.Errorf("start the tool's stage: %w", err)
 	}
 	return nil
-}
-
-// toolMain is the second stage: the call's identity, inside its user namespace.
-func toolMain() {
-	runtime.LockOSThread()
-	fail := os.NewFile(4, "failure")
-	unix.CloseOnExec(4)
-	if _, err := fail.Write([]byte{stageUp}); err != nil {
-		os.Exit(125)
-	}
-	exit := func(code int, err error) {
-		_ = json.NewEncoder(fail).Encode(toolFailure{Code: code, Error: err.Error()})
-		os.Exit(code)
-	}
-	ch := &channel{fd: 3}
-	msg, fds, err := ch.next()
-	if err != nil || msg.Tool == nil || len(fds) != 1 || len(msg.Tool.Argv) == 0 {
-		exit(125, fmt.Errorf("read the tool's configuration (%d files): %v", len(fds), err))
-	}
-	// Nothing of the configuration is used before the init says the call's root is complete:
-	// the workspace, /tmp and the Landlock rules' paths are the call's only from then on.
-	if next, more, err := ch.next(); err != nil || !next.Start || len(more) != 0 {
-		exit(125, fmt.Errorf("wait for the launcher's start (%d files): %v", len(more), err))
-	}
-	tc := *msg.Tool
-	if len(tc.Approvals) == 0 {
-		unix.Close(3)
-	}
-	if err := unix.Dup3(int(fds[0].Fd()), 0, 0); err != nil {
-		exit(125, fmt.Errorf("the tool's stdin: %w", err))
-	}
-	fds[0].Close()
-	if t := tc.Terminal; t != nil {
-		// The call's pty is the tool's controlling terminal (the stage leads its own
-		// session): Ctrl-C typed by the user is SIGINT for the tool's foreground process
-		// group, from the pty's line discipline.
-		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
-			exit(125, fmt.Errorf("the pty as controlling terminal: %w", err))
-		}
-		for fd, use := range map[int]bool{1: t.Stdout, 2: t.Stderr} {
-			if use {
-				if err := unix.Dup3(0, fd, 0); err != nil {
-					exit(125, fmt.Errorf("the pty as fd %d: %w", fd, err))
-				}
-			}
-		}
-	}
-	if err := unix.Chdir(tc.Dir); err != nil {
-		exit(126, fmt.Errorf("chdir %s: %w", tc.Dir, err))
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		exit(125, fmt.Errorf("no_new_privs: %w", err))
-	}
-	if tc.Landlock != nil {
-		if err := landlock.Restrict(*tc.Landlock); err != nil {
-			exit(125, fmt.Errorf("landlock: %w", err))
-		}
-	}
-	path, err := lookPath(tc.Argv[0], tc.Env)
-	if err != nil {
-		exit(127, err)
-	}
-	if len(tc.Seccomp) > 0 {
-		// The locked thread is the one that executes: filtering it alone is meant.
-		if err := seccomp.Install(tc.Seccomp, seccomp.NoTSync); err != nil {
-			exit(125, fmt.Errorf("seccomp: %w", err))
-		}
-	}
-	if err := seccomp.Install(setIDFilter(), seccomp.NoTSync); err != nil {
-		exit(125, fmt.Errorf("seccomp (no setuid or setgid files): %w", err))
-	}
-	if len(tc.Approvals) > 0 {
-		// Last: from here every gated syscall of this thread, the exec included, waits for
-		// the supervisor. The listener leaves before the tool runs: a tool holding it could
-		// answer its own requests.
-		l, err := seccomp.InstallListener(tc.Approvals)
-		if err != nil {
-			exit(125, fmt.Errorf("seccomp (approvals): %w", err))
-		}
-		if err := SendFrame(3, Message{Listener: true}, l); err != nil {
-			exit(125, fmt.Errorf("send the approval listener: %w", err))
-		}
-		unix.Close(l)
-		unix.Close(3)
-	}
-	err = unix.Exec(path, tc.Argv, tc.Env)
-	exit(126, fmt.Errorf("fork/exec %s: %w", path, err))
 }
 
 // IDsArg passes the sandbox's host ids to its init (its second argument).

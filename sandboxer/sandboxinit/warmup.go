@@ -30,6 +30,6 @@ func warmUp() {
 	var m Message
 	_ = json.Unmarshal(data, &m)
 	// The tool's stage's configuration, and the status the init reports at the end.
-	_, _ = json.Marshal(Message{Tool: &toolConfig{Argv: []string{"a"}, Seccomp: Program{unix.SockFilter{}}}})
+	_, _ = encodeStage(toolConfig{Argv: []string{"a"}, Seccomp: Program{unix.SockFilter{}}}, setIDFilter())
 	_ = json.NewEncoder(io.Discard).Encode(Status{Started: true, Exited: true})
 }
