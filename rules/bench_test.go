@@ -74,3 +74,13 @@ func subset(s *Set, ids ...string) *Set {
 	out.reindex()
 	return out
 }
+
+// BenchmarkLoadShipped is the shipped set's load and compile: what `berm run --daemon never`
+// and bermd pay at their start before the first call.
+func BenchmarkLoadShipped(b *testing.B) {
+	for b.Loop() {
+		if _, err := Shipped(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -2,8 +2,11 @@ package rules
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -168,25 +171,65 @@ func (c *compiler) combine(s *Set) {
 			buckets = append(buckets, b)
 		}
 	}
-	for _, b := range buckets {
+	// Buckets often hold the same rules (a rule indexed under many programs, paths or
+	// syscalls, with the same unindexed rules beside it): each distinct list is compiled
+	// once (the shipped set: 357 buckets, 89 lists).
+	// The distinct lists compile side by side (a CEL environment serves concurrent compiles).
+	srcs := make([]string, len(buckets))
+	programs := map[string]cel.Program{}
+	var order []string
+	for i, b := range buckets {
 		if len(b.rules) < 2 {
 			continue
 		}
 		parts := make([]string, len(b.rules))
-		for i, r := range b.rules {
-			parts[i] = "(" + r.Condition + ")"
+		for j, r := range b.rules {
+			parts[j] = "(" + r.Condition + ")"
 		}
-		checked, iss := c.env.Compile("[" + strings.Join(parts, ",\n") + "]")
-		if iss.Err() != nil {
-			continue // each condition compiled alone; the rules are then evaluated one by one
-		}
-		if checked = c.expandQuiet(checked); checked == nil {
-			continue
-		}
-		if prg, err := c.env.Program(checked, cel.EvalOptions(cel.OptOptimize)); err == nil {
-			b.all = prg
+		srcs[i] = "[" + strings.Join(parts, ",\n") + "]"
+		if _, dup := programs[srcs[i]]; !dup {
+			programs[srcs[i]] = nil
+			order = append(order, srcs[i])
 		}
 	}
+	compiled := make([]cel.Program, len(order))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(order)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(order); i = int(next.Add(1)) - 1 {
+				compiled[i] = c.combined(order[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for i, src := range order {
+		programs[src] = compiled[i]
+	}
+	for i, b := range buckets {
+		if srcs[i] != "" {
+			b.all = programs[srcs[i]]
+		}
+	}
+}
+
+// combined is the program of a bucket's list of conditions; nil when it does not compile as
+// one (each condition compiled alone: the rules are then evaluated one by one).
+func (c *compiler) combined(src string) cel.Program {
+	checked, iss := c.env.Compile(src)
+	if iss.Err() != nil {
+		return nil
+	}
+	if checked = c.expandQuiet(checked); checked == nil {
+		return nil
+	}
+	prg, err := c.env.Program(checked, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil
+	}
+	return prg
 }
 
 func (c *compiler) expandQuiet(a *cel.Ast) *cel.Ast {
