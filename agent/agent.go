@@ -269,7 +269,8 @@ type Call struct {
 	initExe  string
 	stageExe string
 	// toolStarted: a child of the init executed something other than the init's binary or
-	// the tool's stage (the tool). From then on, the init's children are the tool's (orphans it reaps), not set-up.
+	// the tool's stage (the tool). From then on, the init's children are the tool's (orphans
+	// it reaps), not set-up.
 	toolStarted bool
 
 	// The call's own pipeline stage (callworker.go): the decoder hands it the call's events

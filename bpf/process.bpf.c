@@ -80,7 +80,8 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	/* The init's child executing something other than the init's binary or the tool's stage
 	 * is the tool starting: from here on the call's syscalls are the tool's (counted). */
 	if ((cfg->flags & BERM_CALL_SETUP) && BPF_CORE_READ(p, real_parent, tgid) == cfg->init_tgid &&
-	    !berm_same_name(e->exe_name, cfg->init_exe) && !berm_same_name(e->exe_name, cfg->stage_exe))
+	    !berm_same_name(e->exe_name, cfg->init_exe) &&
+	    !(cfg->stage_exe[0] && berm_same_name(e->exe_name, cfg->stage_exe)))
 		cfg->flags &= ~BERM_CALL_SETUP;
 
 	/* argv of the new image, not yet running: nothing can have rewritten it */
