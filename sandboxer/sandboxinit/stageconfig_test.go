@@ -2,7 +2,9 @@ package sandboxinit
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,6 +164,93 @@ func TestEncodeStageRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := encodeStage(tc.cfg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("encodeStage: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The real stage confines itself and executes the tool, or says why not as the launcher
+// reports it (code and text): a Landlock rule path that no longer exists is no rule (less
+// access, never more), and what Landlock does not grant stays refused to the tool.
+func TestStageRuns(t *testing.T) {
+	stage := bermbin.Path(t, StageBinary)
+	const rights = 1 | 4 | 8 // execute, read file, read dir
+	confined := &landlock.Ruleset{HandledFS: rights, Paths: []landlock.PathRule{
+		{Path: "/usr", Access: rights}, {Path: "/nonexistent-berm-stage-test", Access: rights}, {Path: "/etc", Access: rights}}}
+	env := []string{"PATH=/nonexistent-dir:/usr/bin/"}
+	// A file without an execute bit: root may not execute it either.
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     toolConfig
+		code    int
+		failure string // the failure the stage reports ("": the tool ran)
+		stdout  string
+	}{
+		{"confined", toolConfig{Argv: []string{"sh", "-c", "cat /etc/hostname >/dev/null && echo read; cat /proc/self/status >/dev/null 2>&1 || echo refused"},
+			Env: env, Dir: "/", Landlock: confined}, 0, "", "read\nrefused\n"},
+		{"no such directory", toolConfig{Argv: []string{"true"}, Env: env, Dir: "/nonexistent-berm-stage-test"},
+			126, "chdir /nonexistent-berm-stage-test: no such file or directory", ""},
+		{"not in the call's PATH", toolConfig{Argv: []string{"no-such-tool-berm"}, Env: env, Dir: "/"},
+			127, "exec: no-such-tool-berm: not found in the call's PATH", ""},
+		{"not executable", toolConfig{Argv: []string{plain}, Env: env, Dir: "/"},
+			126, "fork/exec " + plain + ": permission denied", ""},
+		{"the exit status is the tool's", toolConfig{Argv: []string{"sh", "-c", "exit 7"}, Env: env, Dir: "/"}, 7, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg, err := encodeStage(tc.cfg, setIDFilter())
+			if err != nil {
+				t.Fatal(err)
+			}
+			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+			defer ours.Close()
+			failR, failW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer failR.Close()
+			cmd := exec.Command(stage)
+			cmd.ExtraFiles = []*os.File{theirs, failW}
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			theirs.Close()
+			failW.Close()
+			if err := sendStage(ours, msg, int(os.Stdin.Fd())); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ours.Write([]byte{stageStart}); err != nil {
+				t.Fatal(err)
+			}
+			reported, _ := io.ReadAll(failR)
+			err = cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if len(reported) == 0 || reported[0] != stageUp {
+				t.Fatalf("the stage reported %q, want %q first", reported, stageUp)
+			}
+			var tf toolFailure
+			if rest := reported[1:]; len(rest) > 0 {
+				if err := json.Unmarshal(rest, &tf); err != nil {
+					t.Fatalf("the stage's failure %q: %v", rest, err)
+				}
+			}
+			if code != tc.code || tf.Error != tc.failure || (tc.failure != "" && tf.Code != tc.code) || out.String() != tc.stdout {
+				t.Errorf("exit %d, failure %+v, stdout %q; want exit %d, failure %q, stdout %q (stderr %q)",
+					code, tf, out.String(), tc.code, tc.failure, tc.stdout, errOut.String())
 			}
 		})
 	}
