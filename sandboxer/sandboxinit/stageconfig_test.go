@@ -77,27 +77,7 @@ func TestStageReadsTheConfiguration(t *testing.T) {
 			Landlock: &landlock.Ruleset{HandledFS: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg, err := encodeStage(tc.cfg, setIDFilter())
-			if err != nil {
-				t.Fatal(err)
-			}
-			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
-			defer ours.Close()
-			cmd := exec.Command(stage, "--dump")
-			cmd.ExtraFiles = []*os.File{theirs}
-			var out, errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			theirs.Close()
-			if err := sendStage(ours, msg, int(os.Stdin.Fd())); err != nil {
-				t.Fatal(err)
-			}
+			cmd, _, out, errOut := startStageWith(t, exec.Command(stage, "--dump"), tc.cfg)
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("berm-stage --dump: %v\n%s%s", err, errOut.Bytes(), out.Bytes())
 			}
@@ -106,6 +86,37 @@ func TestStageReadsTheConfiguration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startStageWith starts cmd (berm-stage) with its channel on fd 3 and files after it (closed
+// here once it has them), and sends it cfg with this process's stdin. The channel closes with
+// the test.
+func startStageWith(t *testing.T, cmd *exec.Cmd, cfg toolConfig, files ...*os.File) (_ *exec.Cmd, ch *os.File, stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	msg, err := encodeStage(cfg, setIDFilter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+	t.Cleanup(func() { ours.Close() })
+	cmd.ExtraFiles = append([]*os.File{theirs}, files...)
+	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sendStage(ours, msg, int(os.Stdin.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, ours, stdout, stderr
 }
 
 // dumpOf is what berm-stage --dump prints for cfg.
@@ -201,33 +212,12 @@ func TestStageRuns(t *testing.T) {
 		{"the exit status is the tool's", toolConfig{Argv: []string{"sh", "-c", "exit 7"}, Env: env, Dir: "/"}, 7, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg, err := encodeStage(tc.cfg, setIDFilter())
-			if err != nil {
-				t.Fatal(err)
-			}
-			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
-			defer ours.Close()
 			failR, failW, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer failR.Close()
-			cmd := exec.Command(stage)
-			cmd.ExtraFiles = []*os.File{theirs, failW}
-			var out, errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			theirs.Close()
-			failW.Close()
-			if err := sendStage(ours, msg, int(os.Stdin.Fd())); err != nil {
-				t.Fatal(err)
-			}
+			cmd, ours, out, errOut := startStageWith(t, exec.Command(stage), tc.cfg, failW)
 			if _, err := ours.Write([]byte{stageStart}); err != nil {
 				t.Fatal(err)
 			}
