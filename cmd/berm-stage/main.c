@@ -46,6 +46,10 @@
 // Kernel ABI not in every libc's headers (Landlock's network rules are Linux 6.7).
 #define LL_RULE_PATH_BENEATH 1
 #define LL_RULE_NET_PORT 2
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has received a
+// notification, only a fatal signal ends the wait. Without it any signal interrupts the held
+// syscall, which restarts as a new request: a tool could turn one pending approval into a
+// stream of them.
 #define SECCOMP_WAIT_KILLABLE_RECV (1u << 5)
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444

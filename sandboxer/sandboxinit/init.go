@@ -190,7 +190,8 @@ func Main() {
 			stage.kill()
 			report(Status{Error: err.Error()}, 125)
 		}
-		// Its runtime up, the stage reads nothing of the host's any more: into the root.
+		// Running (its libraries loaded, should it be linked dynamically), the stage reads
+		// nothing of the host's any more: into the root.
 		if err := pivotInto(); err != nil {
 			stage.kill()
 			report(Status{Error: "prepare root: " + err.Error()}, 125)

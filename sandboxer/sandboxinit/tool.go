@@ -126,7 +126,8 @@ func openStage() (*os.File, error) {
 	return bin, nil
 }
 
-// up waits until the stage runs (it reads nothing of the host after that).
+// up waits until the stage runs: its dynamic loader, when it has one, has read what it reads
+// of the host; nothing after that does.
 func (t *toolStage) up() error {
 	if t.isUp {
 		return nil

@@ -54,31 +54,3 @@ func Install(prog []unix.SockFilter, flags uint) error {
 	}
 	return nil
 }
-
-// InstallListener loads prog on the calling thread only (it is about to exec) and returns the
-// filter's notification listener: the descriptor on which the syscalls prog answers with
-// UserNotif arrive. The caller must hand it to its supervisor and close its own copy before
-// the exec: a tool holding it could answer its own notifications.
-func InstallListener(prog []unix.SockFilter) (int, error) {
-	if len(prog) == 0 {
-		return -1, errors.New("seccomp: empty program")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return -1, fmt.Errorf("seccomp: set no_new_privs: %w", err)
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|filterFlagWaitKillableRecv), uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if errno != 0 {
-		return -1, fmt.Errorf("seccomp: install filter with a listener: %w", errno)
-	}
-	return int(r), nil
-}
-
-// filterFlagWaitKillableRecv (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, Linux 5.19): once the
-// supervisor has received a notification, only a fatal signal ends the wait. Without it any
-// signal interrupts the held syscall, which restarts as a new request: a tool could turn one
-// pending approval into a stream of them.
-const filterFlagWaitKillableRecv = 1 << 5
