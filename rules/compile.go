@@ -173,12 +173,13 @@ func (c *compiler) combine(s *Set) {
 	}
 	// Buckets often hold the same rules (a rule indexed under many programs, paths or
 	// syscalls, with the same unindexed rules beside it): each distinct list is compiled
-	// once (the shipped set: 357 buckets, 89 lists).
-	// The distinct lists compile side by side (a CEL environment serves concurrent compiles).
-	srcs := make([]string, len(buckets))
-	programs := map[string]cel.Program{}
-	var order []string
+	// once (the shipped set: 357 buckets, 89 lists), the lists side by side (a CEL
+	// environment serves concurrent compiles).
+	at := map[string]int{}          // a distinct list's place in lists
+	of := make([]int, len(buckets)) // the list of each bucket; -1: fewer than two rules
+	var lists []string
 	for i, b := range buckets {
+		of[i] = -1
 		if len(b.rules) < 2 {
 			continue
 		}
@@ -186,31 +187,30 @@ func (c *compiler) combine(s *Set) {
 		for j, r := range b.rules {
 			parts[j] = "(" + r.Condition + ")"
 		}
-		srcs[i] = "[" + strings.Join(parts, ",\n") + "]"
-		if _, dup := programs[srcs[i]]; !dup {
-			programs[srcs[i]] = nil
-			order = append(order, srcs[i])
+		src := "[" + strings.Join(parts, ",\n") + "]"
+		n, seen := at[src]
+		if !seen {
+			n, at[src] = len(lists), len(lists)
+			lists = append(lists, src)
 		}
+		of[i] = n
 	}
-	compiled := make([]cel.Program, len(order))
+	programs := make([]cel.Program, len(lists))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(order)) {
+	for range min(runtime.GOMAXPROCS(0), len(lists)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(order); i = int(next.Add(1)) - 1 {
-				compiled[i] = c.combined(order[i])
+			for n := int(next.Add(1)) - 1; n < len(lists); n = int(next.Add(1)) - 1 {
+				programs[n] = c.combined(lists[n])
 			}
 		}()
 	}
 	wg.Wait()
-	for i, src := range order {
-		programs[src] = compiled[i]
-	}
 	for i, b := range buckets {
-		if srcs[i] != "" {
-			b.all = programs[srcs[i]]
+		if of[i] >= 0 {
+			b.all = programs[of[i]]
 		}
 	}
 }
