@@ -240,7 +240,7 @@ func TestDecode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var ev event.Event
-			if err := decode(tc.raw, &ev); err != nil {
+			if err := wire.Decode(tc.raw, &ev); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.check(&ev) {
@@ -273,7 +273,7 @@ func TestDecodeRejectsContractViolations(t *testing.T) {
 	}
 	for name, b := range cases {
 		var ev event.Event
-		if err := decode(b, &ev); err == nil {
+		if err := wire.Decode(b, &ev); err == nil {
 			t.Errorf("%s: decoded without error", name)
 		}
 	}

@@ -41,13 +41,13 @@ type heldEnv struct {
 
 // isExecEnv says whether raw is an exec_env record.
 func isExecEnv(raw []byte) bool {
-	h, ok := peekHeader(raw)
+	h, ok := wire.Header(raw)
 	return ok && h.Op == uint16(bpf.WireBermOpBERM_OP_EXEC_ENV)
 }
 
 // holdEnv keeps an exec_env record's environment for the exec record that follows it.
 func (c *Call) holdEnv(raw []byte) error {
-	h, _ := peekHeader(raw)
+	h, _ := wire.Header(raw)
 	size := uintptr(h.Size)
 	if size < execEnvSize || size > execEnvSize+bpf.BermEnvMax-1 || uintptr(len(raw)) < size {
 		return fmt.Errorf("exec environment record: header says %d bytes, record has %d", h.Size, len(raw))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/tracer"
+	"github.com/bermsec/berm/agent/wire"
 )
 
 // A batch is what a call's worker receives: raw records of that call, copied out of the ring
@@ -110,7 +111,7 @@ func (a *Agent) readLoop() {
 func (a *Agent) sort(r *router, raw []byte, read *slotSet) {
 	a.took(raw, read)
 	r.n++
-	h, ok := peekHeader(raw)
+	h, ok := wire.Header(raw)
 	if !ok {
 		a.m.malformed.Inc()
 		a.log.Error("malformed ring buffer record", "bytes", len(raw))
@@ -165,7 +166,7 @@ type slotSet struct {
 // took counts a record read out of the ring against its slot's share, whatever becomes of
 // it afterwards: it no longer takes room in the ring.
 func (a *Agent) took(raw []byte, read *slotSet) {
-	h, ok := peekHeader(raw)
+	h, ok := wire.Header(raw)
 	if !ok || h.Slot >= tracer.MaxSlots {
 		return
 	}
@@ -205,14 +206,14 @@ func (a *Agent) decodeBatch(c *Call, b *batch) []event.Event {
 			return
 		}
 		var ev event.Event
-		if err := decode(raw, &ev); err != nil {
+		if err := wire.Decode(raw, &ev); err != nil {
 			a.m.malformed.Inc()
 			a.log.Error("malformed ring buffer record", "call_id", c.Start.CallID, "err", err)
 			a.userDrops[c.slot].Add(1)
 			a.m.drops.WithLabelValues("user").Inc()
 			return
 		}
-		h, _ := peekHeader(raw)
+		h, _ := wire.Header(raw)
 		ev.Time = time.Unix(0, a.clock+int64(h.TsNs))
 		evs = append(evs, ev)
 	})

@@ -16,10 +16,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/collector/audit"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 	"github.com/bermsec/berm/testenv/testutil"
 )

@@ -3,7 +3,7 @@ package collector
 import (
 	"fmt"
 
-	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/collector/query"
 )
 

@@ -11,9 +11,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/agent/probe"
+	"github.com/bermsec/berm/collector/audit"
+	"github.com/bermsec/berm/sandboxer/probe"
 	"github.com/bermsec/berm/testenv/bermbin"
 	"github.com/bermsec/berm/testenv/testutil"
 )

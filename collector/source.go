@@ -11,8 +11,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/collector/query"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/collector"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/testenv/bermbin"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 	"github.com/bermsec/berm/testenv/dnstest"

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/probe"
 	"github.com/bermsec/berm/sandboxer/cgroup"
+	"github.com/bermsec/berm/sandboxer/probe"
 )
 
 // NewAgent starts the node agent with what it needs of the launcher, which owns the cgroups:

@@ -6,9 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )
 

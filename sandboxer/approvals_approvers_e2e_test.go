@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/bermsec/berm/agent/approval"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

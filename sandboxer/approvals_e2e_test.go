@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

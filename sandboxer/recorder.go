@@ -2,10 +2,10 @@ package sandboxer
 
 import (
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/secrets"
+	"github.com/bermsec/berm/sandboxer/approval"
 )
 
 // Recorder traces calls: the agent loaded in this process (the embedded default, or bermd's).

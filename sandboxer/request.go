@@ -1,13 +1,14 @@
 package sandboxer
 
 import (
-	"github.com/bermsec/berm/agent/approval"
 	"os"
 
+	"github.com/bermsec/berm/sandboxer/approval"
+
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // LoadPolicy resolves a call's policy file (empty: the built-in strict policy) and takes its

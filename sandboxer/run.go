@@ -23,11 +23,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/approval"
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/secrets"
+	"github.com/bermsec/berm/sandboxer/approval"
+	"github.com/bermsec/berm/sandboxer/callproto"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 	"github.com/bermsec/berm/sandboxer/sandboxinit"
 )

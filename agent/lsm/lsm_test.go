@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/bermsec/berm/agent/probe"
 	"github.com/bermsec/berm/agent/tracer"
+	"github.com/bermsec/berm/sandboxer/probe"
 	"github.com/bermsec/berm/testenv/testutil"
 )
 

@@ -61,7 +61,7 @@ type ApprovalRule struct {
 	// Count is how many actions one approval covers (default 1: every action its own).
 	Count int64
 	// Approvers name who may decide: people or groups of the node's approvers file
-	// (agent/approval/approvers.go); a decision by anyone else is refused and recorded.
+	// (sandboxer/approval/approvers.go); a decision by anyone else is refused and recorded.
 	Approvers []string
 }
 
@@ -125,7 +125,7 @@ func (d *decoder) approvalMatch(n *yaml.Node, field string, r *ApprovalRule) {
 					return
 				}
 				// Held by file identity in the call's root; the kernel's exec hook holds an
-				// approved exec to the file and argv approved (agent/approval/exec.go).
+				// approved exec to the file and argv approved (sandboxer/approval/exec.go).
 				r.Path = path.Clean(p)
 			}
 		},

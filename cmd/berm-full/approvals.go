@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/cmd/internal/ptyrelay"
 	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/approval"
 )
 
 func init() {

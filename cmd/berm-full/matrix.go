@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 )
 
 // cmdMatrix prints the tools x surfaces matrix of the calls that started in the window.

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 )
 
 // openSource opens --source: the local journal by default.

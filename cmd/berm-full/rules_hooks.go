@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/collector"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/rules"
 )
 

@@ -3,7 +3,7 @@
 //
 // It defines nothing of berm run: it sends bermd what it has (its arguments after "run", its
 // environment, its working directory and stdio as descriptors: the bare invocation of
-// agent/daemon/callproto/invoke.go), and bermd reads them with berm run's own parser
+// sandboxer/callproto/invoke.go), and bermd reads them with berm run's own parser
 // (cmd/internal/runcli.Invoke), resolves the call in the caller's context, launches it and
 // answers with what to print, the exit status and the --summary bytes, which this process
 // writes itself. Everything else is berm's Go front, berm-front beside this binary, executed

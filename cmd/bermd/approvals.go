@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bermsec/berm/agent/approval"
+	"github.com/bermsec/berm/sandboxer/approval"
 )
 
 // startApprovals makes bermd's approval broker and serves its API (berm approvals, approve,

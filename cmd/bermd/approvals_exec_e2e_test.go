@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bermsec/berm/agent/approval"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bermbin"
 	"github.com/bermsec/berm/testenv/promscrape"
 )

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/sandboxer/callproto"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

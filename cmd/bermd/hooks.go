@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/daemon"
+	"github.com/bermsec/berm/cmd/bermd/internal/daemon"
 	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/rules"
 	"github.com/bermsec/berm/sandboxer"

@@ -19,11 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bermsec/berm/agent"
-	"github.com/bermsec/berm/agent/approval"
-	"github.com/bermsec/berm/agent/daemon"
 	"github.com/bermsec/berm/agent/dnsguard"
-	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/cmd/bermd/internal/daemon"
 	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/sandboxer/cgroup"
 )
 
@@ -151,7 +150,7 @@ func run(log *slog.Logger, o options) error {
 	defer stopApprovals()
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
 	phases := daemon.NewPhaseMetrics(reg)
-	srv := &daemon.Server{Launch: svc.Launch, Invoke: runcli.Invoke, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
+	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)
 		logServed(log, sv)
 	}}

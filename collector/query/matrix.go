@@ -5,7 +5,7 @@ package query
 // violations (UInt64), ordered by tool, surface, state, violated. One row per call and
 // surface (ARRAY JOIN of the record's parallel surface arrays; a record written before
 // surfaces existed has none and is not counted), each call once however often the table
-// holds it. agent/audit.FoldMatrix turns the rows into the tools x surfaces matrix; the
+// holds it. collector/audit.FoldMatrix turns the rows into the tools x surfaces matrix; the
 // journal gives the same rows (audit.MatrixRows). f.Surface keeps that surface's rows only.
 func (t Tables) Matrix(f Filter) (Query, error) {
 	name, err := t.table(tableCalls)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/testutil"
 )
 

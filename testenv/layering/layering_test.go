@@ -1,5 +1,5 @@
 // Package layering checks that berm's packages depend on each other in one direction:
-// cmd → sandboxer → agent → {event, policy, bpf}, with the event schema and the policy model
+// cmd → sandboxer → agent → {event, policy, bpf}; collector and dashboards read the trail, with the event schema and the policy model
 // as leaves both sides import. A component that reaches back (the agent into the sandboxer)
 // makes every change on one side a change on the other; this test names the edge that does.
 package layering
@@ -21,10 +21,14 @@ var rules = []struct {
 }{
 	{"agent", []string{"sandboxer", "collector", "rules", "cmd"}, "the agent is below the launcher: launchers inject what it needs"},
 	{"agent/event", []string{"agent/", "bpf"}, "the event schema is a leaf"},
-	{"agent/policy", []string{"agent$", "agent/audit", "agent/daemon", "agent/journal", "agent/lsm", "agent/netguard", "agent/probe", "agent/tracer", "bpf"}, "the policy model is a leaf (it may use the event schema)"},
+	{"agent/policy", []string{"agent$", "agent/journal", "agent/lsm", "agent/netguard", "agent/tracer", "agent/dnsguard", "bpf"}, "the policy model is a leaf (it may use the event schema)"},
 	{"bpf", []string{"agent", "sandboxer", "collector", "rules", "cmd"}, "the kernel objects know nothing of their users"},
 	{"sandboxer", []string{"cmd", "collector", "rules"}, "the launcher is below the commands"},
+	{"sandboxer/callproto", []string{"agent$", "agent/tracer", "agent/journal", "sandboxer$", "sandboxer/approval", "sandboxer/sandboxinit"}, "the run protocol is a contract: the front links it, so it stays small"},
+	{"sandboxer/probe", []string{"sandboxer$"}, "the kernel probe is below the launcher that reports it"},
 	{"collector", []string{"sandboxer", "rules", "cmd"}, "the collector reads the agent's journal only"},
+	{"collector/audit", []string{"agent$", "agent/tracer", "agent/netguard", "agent/lsm", "sandboxer", "rules", "cmd"}, "reading the trail back needs the journal and the schema, not the live agent"},
+	{"dashboards", []string{"sandboxer", "cmd", "agent$", "agent/tracer"}, "the dashboards read what the collector stores"},
 	{"rules", []string{"sandboxer", "collector", "cmd", "agent/tracer", "agent/netguard", "agent/lsm"}, "rules see events, nothing else"},
 }
 

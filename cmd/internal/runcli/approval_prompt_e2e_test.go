@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bermsec/berm/agent/approval"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // Invoke is berm run for the C front's bare invocation (callproto.InvokeMagic), read by bermd

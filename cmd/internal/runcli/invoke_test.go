@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // Invoke reads a bare invocation with Parse's flags in the caller's context: its environment

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // DefaultIdleExit is how long a bermd started on demand waits for a next call: long enough

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // fakeBermd answers run requests with a record of a call that exited 0, and counts the

@@ -8,8 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // Remote hands the call to bermd, which launches it with this process's stdio, and waits for

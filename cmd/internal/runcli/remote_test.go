@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // The front reads bermd's reply without decoding the record (callproto.RawReply): what it
@@ -23,7 +23,7 @@ func TestRawRecordIsTheDecodedOne(t *testing.T) {
 		Syscalls: map[string]uint64{"openat": 12, "execve": 1, "read": 40}, SyscallTotal: 53,
 		Denials: map[string]uint64{"landlock": 2},
 	}
-	// The reply as bermd writes it (agent/daemon: a json.Encoder on the connection).
+	// The reply as bermd writes it (cmd/bermd/internal/daemon: a json.Encoder on the connection).
 	var wire bytes.Buffer
 	if err := json.NewEncoder(&wire).Encode(callproto.Reply{Record: rec, ExitStatus: 137, Warning: "w"}); err != nil {
 		t.Fatal(err)

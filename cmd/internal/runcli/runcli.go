@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // Options are `berm run`'s flags.

@@ -3,8 +3,8 @@ package runcli
 import (
 	"os"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/cmd/internal/ptyrelay"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // Terminal gives the call a pty of its own when berm's stdin is a terminal (nil when it is

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/sandboxer/callproto"
 	"github.com/bermsec/berm/testenv/promscrape"
 )
 

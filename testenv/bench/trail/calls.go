@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bermsec/berm/agent/audit"
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
 

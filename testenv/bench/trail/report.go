@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bermsec/berm/agent/audit"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
 

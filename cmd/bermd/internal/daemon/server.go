@@ -22,29 +22,25 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // DefaultSocket is where bermd listens.
 const DefaultSocket = callproto.DefaultSocket
 
-// Launcher runs one call to its end: stdio are the caller's, stops end it early.
-type Launcher func(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop) callproto.Reply
-
 // Server serves the control socket.
 type Server struct {
-	Launch Launcher
-	Log    *slog.Logger
+	// Service launches the calls: stdio are the caller's, stops end a call early.
+	Service *sandboxer.Service
+	Log     *slog.Logger
 	// IdleExit, when positive, makes Idle fire once no call has run for that long (a bermd
 	// started on demand by `berm run`).
 	IdleExit time.Duration
 	// Served, when set, hears of every call served, with the times of its phases.
 	Served func(Served)
-	// Invoke, when set, reads the C front's bare invocations (callproto.InvokeMagic) as berm
-	// run would: the flags have one parser (cmd/internal/runcli), which the front does not
-	// link. The func it is passed says whether a socket path is this server's.
-	Invoke func(inv *callproto.Invocation, ownSocket func(string) bool) callproto.FrontCall
 
 	path string
 	ino  uint64 // the socket file this server created: only that one is removed at the end
@@ -211,10 +207,6 @@ func (s *Server) handle(conn *net.UnixConn) {
 	}()
 	br := bufio.NewReader(conn)
 	if magic == callproto.InvokeMagic {
-		if s.Invoke == nil {
-			refuse("this bermd reads no bare invocations")
-			return
-		}
 		s.invoke(conn, br, stdio, cwd, &sv)
 		return
 	}
@@ -231,7 +223,8 @@ func (s *Server) handle(conn *net.UnixConn) {
 	s.served(&sv, &req, &rep)
 }
 
-// invoke serves a bare invocation: bermd parses it (Server.Invoke), launches the call it
+// invoke serves a bare invocation: bermd reads its flags as berm run would (the one parser,
+// runcli.Invoke, which the C front does not link), launches the call it
 // describes and answers in frames.
 func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File, cwd *os.File, sv *Served) {
 	args, env, err := callproto.ReadInvocation(br)
@@ -240,7 +233,7 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 		return
 	}
 	sv.Request = time.Now()
-	fc := s.Invoke(&callproto.Invocation{Args: args, Env: env, Cwd: cwd}, s.ownSocket)
+	fc := runcli.Invoke(&callproto.Invocation{Args: args, Env: env, Cwd: cwd}, s.ownSocket)
 	// The workspace made for the call is gone before the front hears of its end, as the Go
 	// front removes it before it exits.
 	cleanup := func() {
@@ -306,7 +299,7 @@ func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.
 		case <-done:
 		}
 	}()
-	rep := s.Launch(req, stdio, stops)
+	rep := s.Service.Launch(req, stdio, stops)
 	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
 		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bermsec/berm/agent/daemon/callproto"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 func listen(t *testing.T, path string, idle time.Duration) *Server {

@@ -79,7 +79,7 @@ func TestLookupEnvLastWins(t *testing.T) {
 // The C front (cmd/berm/main.c) speaks this protocol: its constants are these.
 func TestCFrontConstants(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	src, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "..", "cmd", "berm", "main.c"))
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "cmd", "berm", "main.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
