@@ -1,4 +1,4 @@
-# berm — see README.md. `sudo make demo` and `sudo make test` do all the set-up themselves.
+# berm — see README.md. As root, `make demo` and `make test` do all the set-up themselves.
 GO       ?= go
 BIN      := bin
 # The Grafana datasource plugin, installable as it is (see dashboards/README.md).

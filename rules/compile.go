@@ -222,7 +222,8 @@ func (c *compiler) combined(src string) cel.Program {
 	if iss.Err() != nil {
 		return nil
 	}
-	if checked = c.expandQuiet(checked); checked == nil {
+	checked, iss, err := c.inlineMacros(c.env, checked)
+	if err != nil || iss.Err() != nil {
 		return nil
 	}
 	prg, err := c.env.Program(checked, cel.EvalOptions(cel.OptOptimize))
@@ -230,21 +231,6 @@ func (c *compiler) combined(src string) cel.Program {
 		return nil
 	}
 	return prg
-}
-
-func (c *compiler) expandQuiet(a *cel.Ast) *cel.Ast {
-	if len(c.inline) == 0 {
-		return a
-	}
-	opt, err := cel.NewStaticOptimizer(cel.NewInliningOptimizer(c.inline...))
-	if err != nil {
-		return nil
-	}
-	out, iss := opt.Optimize(c.env, a)
-	if iss.Err() != nil {
-		return nil
-	}
-	return out
 }
 
 // compiler turns the specs of one load into a Set.
@@ -386,22 +372,32 @@ func (c *compiler) compileMacros() {
 	c.env = env
 }
 
-// expand inlines the macros an expression uses.
+// expand inlines the macros an expression uses, reporting what stops it at the expression.
 func (c *compiler) expand(env *cel.Env, a *cel.Ast, t text, rule, what string) *cel.Ast {
-	if len(c.inline) == 0 {
-		return a
-	}
-	opt, err := cel.NewStaticOptimizer(cel.NewInliningOptimizer(c.inline...))
+	out, iss, err := c.inlineMacros(env, a)
 	if err != nil {
 		c.issue(t.src, t.node, rule, "%s: %v", what, err)
 		return nil
 	}
-	out, iss := opt.Optimize(env, a)
 	if iss.Err() != nil {
 		c.celIssues(t, rule, what+" (macros expanded)", iss)
 		return nil
 	}
 	return out
+}
+
+// inlineMacros inlines the macros an expression uses: the optimizer's own error, or the
+// expression's issues once expanded (nil when there were no macros to inline).
+func (c *compiler) inlineMacros(env *cel.Env, a *cel.Ast) (*cel.Ast, *cel.Issues, error) {
+	if len(c.inline) == 0 {
+		return a, nil, nil
+	}
+	opt, err := cel.NewStaticOptimizer(cel.NewInliningOptimizer(c.inline...))
+	if err != nil {
+		return nil, nil, err
+	}
+	out, iss := opt.Optimize(env, a)
+	return out, iss, nil
 }
 
 // celIssues reports CEL errors at their file positions, with CEL's rendering of the offending

@@ -136,19 +136,8 @@ func (l *loader) mapping(src *source, n *yaml.Node, rule, what string, fields ma
 	}
 }
 
-func nodeKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return "a scalar"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "nothing"
-}
+// nodeKind names a node for "got ..." in messages.
+var nodeKind = yamlerr.Kind
 
 func (l *loader) str(src *source, n *yaml.Node, rule, what string, dst *string) bool {
 	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {

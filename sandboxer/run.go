@@ -110,49 +110,142 @@ type Outcome struct {
 }
 
 // Run runs the call to its end. The error is about berm (setup, recording); the tool's own
-// failure is in the record.
+// failure is in the record. Its phases: prepare (the workspace held open, the policy
+// compiled, the call id claimed, the disk budget), claimSandbox (warm or started for the
+// call), the call's start (its layers), credentials minted, the call begun with the agent,
+// then run to its end (runCall) and recorded.
 func Run(spec Spec, rec Recorder) (*Outcome, error) {
+	p, err := prepare(&spec)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	env := p.env
+	sb, discard, err := claimSandbox(spec, env, p.wsDir)
+	if err != nil {
+		return nil, err
+	}
+	// The sandbox goes with the call: its processes are dead by the time the record is made
+	// (launch.run), its cgroups are removed after.
+	defer discard()
+
+	ws, err := idmappedTree(p.wsDir, sb, env.wsNoExec)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ws)
+
+	start := callStart(spec, env, sb)
+	// Credentials are minted before the call begins: their values take themselves out of its
+	// command line before that is journalled.
+	l := &launch{spec: spec, cg: sb.cg, env: env, quota: p.quota, stateDir: rec.StateDir()}
+	mintErr := l.mintCredentials()
+	defer l.pending.close()
+	defer l.forgetCredentials()
+	var argvLeaks []secrets.Literal
+	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
+	// A call whose configuration does not depend on its registration (no brokered
+	// credentials, no approval channel) is handed to its init first: the init builds the
+	// call's root while the agent registers the call, and starts the tool's stage only once
+	// finish releases it, after Begin. Every layer is in place before the tool's first
+	// instruction either way; the init's own set-up is traced from Begin on.
+	var held *delivery
+	var heldRes *agent.Result
+	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
+		held, heldRes = l.deliver(sb, ws, true)
+	}
+	call, err := l.begin(rec, start, sb, held)
+	if err != nil {
+		return nil, err
+	}
+	res := l.runCall(sb, ws, mintErr, argvLeaks, held, heldRes)
+	// Whatever ended the call (a cap, a kill, the caller gone), its credentials are revoked
+	// now, before its record is written.
+	res.Credentials = l.revokeCredentials()
+	record, err := call.End(res)
+	if res.Populated {
+		go lingerUntilEmpty(call, l.cg)
+	}
+	if record == nil {
+		return nil, err
+	}
+	return &Outcome{Record: record, ExitStatus: res.ExitStatus}, err
+}
+
+// prepared is what a call holds before it has a sandbox: its workspace open, its compiled
+// policy, its call id claimed and its disk budget.
+type prepared struct {
+	wsDir   *workspaceDir
+	env     *callEnv
+	release func()
+	quota   *callQuota
+}
+
+// prepare validates the call (spec's workspace becomes the path resolved and held open) and
+// takes what it holds before its sandbox. On an error nothing is left held.
+func prepare(spec *Spec) (_ *prepared, err error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	wsDir, err := openWorkspaceDir(spec.Workspace, deniedTrees(spec.Policy))
-	if err != nil {
+	p := &prepared{}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.wsDir, err = openWorkspaceDir(spec.Workspace, deniedTrees(spec.Policy)); err != nil {
 		return nil, err
 	}
-	defer wsDir.Close()
-	if wsDir.Path != spec.Workspace {
-		spec.Env = retargetHome(spec.Env, spec.Workspace, wsDir.Path)
-		spec.Workspace = wsDir.Path
+	if p.wsDir.Path != spec.Workspace {
+		spec.Env = retargetHome(spec.Env, spec.Workspace, p.wsDir.Path)
+		spec.Workspace = p.wsDir.Path
 	}
-	env, err := compile(&spec)
-	if err != nil {
+	if p.env, err = compile(spec); err != nil {
 		return nil, err
 	}
-	if env.compiled.Approvals != nil && spec.Approvals == nil {
+	if p.env.compiled.Approvals != nil && spec.Approvals == nil {
 		return nil, errors.New("the policy holds actions for approval (spec.approvals) and this launcher has no one to ask")
 	}
-	release, err := claimCallID(spec.Tenant, spec.CallID)
-	if err != nil {
+	if p.release, err = claimCallID(spec.Tenant, spec.CallID); err != nil {
 		return nil, err
 	}
-	defer release()
-	quota, err := newCallQuota(spec.Workspace, env.compiled)
-	if err != nil {
+	if p.quota, err = newCallQuota(spec.Workspace, p.env.compiled); err != nil {
 		return nil, err
 	}
-	defer quota.close()
+	return p, nil
+}
+
+// close lets go of what prepare took, last taken first.
+func (p *prepared) close() {
+	if p.quota != nil {
+		p.quota.close()
+	}
+	if p.release != nil {
+		p.release()
+	}
+	if p.wsDir != nil {
+		p.wsDir.Close()
+	}
+}
+
+// claimSandbox gives the call a sandbox: a warm one of the pool when the call can take one,
+// else one started for it. discard ends the sandbox with the call: a launcher serving callers
+// (a pool) retires it once the caller has its reply, one that exits after the call discards it
+// before it exits; a warm sandbox's pool then starts its replacement.
+func claimSandbox(spec Spec, env *callEnv, wsDir *workspaceDir) (sb *sandbox, discard func(), err error) {
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
-	var sb *sandbox
 	if env.init.NewNet && !env.init.HostRoot {
 		// audit mode shows the host's root: a warm init is inside the root it prepared
 		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID)
 	}
+	refill := func() {}
 	if sb != nil {
 		spec.Pool.Warm.Add(1)
-		defer spec.Pool.refillAfter(spec.Tenant)
+		refill = func() { spec.Pool.refillAfter(spec.Tenant) }
 		if err := sb.cg.SetLimits(lim); err != nil {
 			_ = sb.discard()
-			return nil, err
+			refill()
+			return nil, nil, err
 		}
 	} else {
 		if spec.Pool != nil {
@@ -164,29 +257,27 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		}
 		layout, err := hostLayout()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if sb, err = startSandbox(layout, spec.Init, spec.Tenant, spec.CallID, lim, env.init.NewNet, nil); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	// The sandbox goes with the call: its processes are dead by the time the record is made
-	// (launch.run), its cgroups are removed after. A launcher serving callers (a pool) does
-	// that once the caller has its reply; one that exits after the call, before it exits.
-	if spec.Pool != nil {
-		defer spec.Pool.retire(sb)
-	} else {
-		defer sb.discard()
-	}
+	return sb, func() {
+		if spec.Pool != nil {
+			spec.Pool.retire(sb)
+		} else {
+			_ = sb.discard()
+		}
+		refill()
+	}, nil
+}
 
-	ws, err := idmappedTree(wsDir, sb, env.wsNoExec)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(ws)
-
+// callStart is the call's start record: who, what, under which policy, and the layers the
+// launcher puts in place (the agent adds its own, tracing, cgroup sock hooks, BPF LSM, when it
+// begins).
+func callStart(spec Spec, env *callEnv, sb *sandbox) event.CallStart {
 	host, _ := os.Hostname()
-	// The agent adds its own layers (tracing, cgroup sock hooks, BPF LSM) when it begins.
 	layers := []string{event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs}
 	if !env.init.HostRoot {
 		layers = append(layers, event.LayerMount)
@@ -205,73 +296,54 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	// Every call: a clean environment, only brokered credentials, output scanned and redacted
 	// (credentials.go; the agent's registry scans every call for its neighbours' secrets).
 	layers = append(layers, event.LayerCredentials)
-	start := event.CallStart{
+	return event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
 		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
 	}
-	// Credentials are minted before the call begins: their values take themselves out of its
-	// command line before that is journalled.
-	l := &launch{spec: spec, cg: sb.cg, env: env, quota: quota, stateDir: rec.StateDir()}
-	mintErr := l.mintCredentials()
-	defer l.pending.close()
-	defer l.forgetCredentials()
-	var argvLeaks []secrets.Literal
-	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
-	// A call whose configuration does not depend on its registration (no brokered
-	// credentials, no approval channel) is handed to its init first: the init builds the
-	// call's root while the agent registers the call, and starts the tool's stage only once
-	// finish releases it, after Begin. Every layer is in place before the tool's first
-	// instruction either way; the init's own set-up is traced from Begin on.
-	var held *delivery
-	var heldRes *agent.Result
-	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
-		held, heldRes = l.deliver(sb, ws, true)
-	}
+}
+
+// begin registers the call with the agent. On an error the call's credentials are revoked and
+// a held init, waiting for a release that will not come, goes with its sandbox.
+func (l *launch) begin(rec Recorder, start event.CallStart, sb *sandbox, held *delivery) (CallRecorder, error) {
+	env := l.env
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init), StageExe: sandboxinit.StageBinary,
-		EventBudget: env.compiled.EventBudget, DNSUpstream: spec.DNSUpstream,
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(l.spec.Init), StageExe: sandboxinit.StageBinary,
+		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream,
 	})
 	if err != nil {
 		l.revokeCredentials()
 		if held != nil {
-			// The init waits for a release that will not come: it goes with its sandbox.
 			held.close()
 			_ = l.cg.KillAndWait(5 * time.Second)
 		}
 		return nil, err
 	}
 	l.call, l.callKey = call, call.Key()
-	var res agent.Result
+	return call, nil
+}
+
+// runCall runs a begun call to its end: its credentials issued and their revokes on disk
+// first; a failure there ends it before the tool starts.
+func (l *launch) runCall(sb *sandbox, ws int, mintErr error, argvLeaks []secrets.Literal, held *delivery, heldRes *agent.Result) agent.Result {
 	if mintErr == nil {
-		mintErr = l.issueCredentials(call.Secrets(), argvLeaks)
+		mintErr = l.issueCredentials(l.call.Secrets(), argvLeaks)
 	}
 	if mintErr == nil {
 		mintErr = l.persistRevokes()
 	}
-	if err := mintErr; err != nil {
+	switch {
+	case mintErr != nil:
 		// Before the tool starts: the sandbox's init, waiting for its call, goes with it.
 		_ = l.cg.KillAndWait(5 * time.Second)
-		res = agent.Result{Limits: spec.Limits, Reason: event.EndSetupFailed, Detail: err.Error(), ExitStatus: 125}
-	} else if heldRes != nil {
-		res = *heldRes
-	} else if held != nil {
-		res = l.finish(held)
-	} else {
-		res = l.run(sb, ws)
+		return agent.Result{Limits: l.spec.Limits, Reason: event.EndSetupFailed, Detail: mintErr.Error(), ExitStatus: 125}
+	case heldRes != nil:
+		return *heldRes
+	case held != nil:
+		return l.finish(held)
 	}
-	// Whatever ended the call (a cap, a kill, the caller gone), its credentials are revoked
-	// now, before its record is written.
-	res.Credentials = l.revokeCredentials()
-	record, err := call.End(res)
-	if res.Populated {
-		go lingerUntilEmpty(call, l.cg)
-	}
-	if record == nil {
-		return nil, err
-	}
-	return &Outcome{Record: record, ExitStatus: res.ExitStatus}, err
+	return l.run(sb, ws)
 }
 
 // running are the calls this process runs, by tenant and call id: a warm sandbox's cgroup is
@@ -445,47 +517,22 @@ func (l *launch) deliver(sb *sandbox, ws int, hold bool) (*delivery, *agent.Resu
 	return d, nil
 }
 
-// finish lets a held init go on, then waits for the call's end.
+// finish lets a held init go on, then waits for the call's end: the output copied, the
+// approval supervisor and the watcher running while the tool does (until the init reports
+// its end), then the call cleared, measured and its end told (endReason, endStatus).
 func (l *launch) finish(d *delivery) agent.Result {
 	spec := l.spec
 	sb := d.sb
 	res := agent.Result{Limits: spec.Limits}
-	var copiers sync.WaitGroup
-	copiers.Add(2)
-	go l.copyOutput(&copiers, d.out, l.redactor("stdout", spec.Stdout))
-	go l.copyOutput(&copiers, d.errR, l.redactor("stderr", spec.Stderr))
-	if d.termOut != nil {
-		echo := spec.Stdout
-		if !spec.Terminal.Stdout && spec.Terminal.Stderr {
-			echo = spec.Stderr
-		}
-		copiers.Add(1)
-		go l.copyOutput(&copiers, d.termOut, l.redactor("terminal", echo))
-	}
-	d.out, d.errR, d.termOut = nil, nil, nil
+	copiers := l.copyOutputs(d)
 	if d.held {
 		if err := sb.release(); err != nil {
-			return l.abortInit(sb, err, &copiers)
+			return l.abortInit(sb, err, copiers)
 		}
 	}
 	cmd := sb.cmd
 	l.delivered(cmd.Process.Pid)
-	// The approval listener arrives from the init just before the tool executes; the init
-	// closes the channel without one when the tool did not start (or at its end), so this
-	// never outlives the call.
-	var supervisor chan *approval.Supervisor
-	if len(l.env.init.Approvals) > 0 {
-		supervisor = make(chan *approval.Supervisor, 1)
-		fd := sb.cfg
-		sb.cfg = -1
-		go func() {
-			sup := l.supervise(fd, sb)
-			if sup != nil {
-				l.sup.Store(sup)
-			}
-			supervisor <- sup
-		}()
-	}
+	supervisor := l.startSupervisor(sb)
 
 	done := make(chan struct{})
 	watched := make(chan struct{})
@@ -496,32 +543,12 @@ func (l *launch) finish(d *delivery) agent.Result {
 	if spec.PolicyFile != "" {
 		go l.reloadPolicy(done)
 	}
-	// The init reports the tool's end before its own: with every other process of the call
-	// reaped (Reaped), the call ends now and the init's exit (its runtime, the namespaces'
-	// teardown) goes on beside it; the sandbox's discard waits for it. Otherwise (the init
-	// died, or something stayed), the init's exit and an empty cgroup are waited for first.
-	var st sandboxinit.Status
-	var waitErr error
-	if err := json.NewDecoder(sb.stat).Decode(&st); err != nil || !st.Reaped {
-		waitErr = cmd.Wait()
-		sb.cmd = nil
-	}
+	st, waitErr := waitForTool(sb)
 	close(done)
 	// The watcher's last look is over before the reason is read: a cap it found as the tool
 	// ended is recorded once, as the call's reason, not found again below.
 	<-watched
-	if supervisor != nil {
-		if sup := <-supervisor; sup != nil {
-			// Requests still waiting end with the call, and say why.
-			l.mu.Lock()
-			why := l.detail
-			l.mu.Unlock()
-			if why == "" {
-				why = "the tool ended"
-			}
-			sup.End(why)
-		}
-	}
+	l.endSupervisor(supervisor)
 
 	// Whatever the tool left behind (daemons, setsid grandchildren) goes now, when the init
 	// did not already see to it. What cannot be killed stays registered with the agent
@@ -544,22 +571,134 @@ func (l *launch) finish(d *delivery) agent.Result {
 	reason, detail := l.reason, l.detail
 	l.mu.Unlock()
 	// A cap hit faster than the watcher looks (every 20 ms) still ends the call with its reason;
-	// the tool's own status stands (berm did not kill it).
+	// the tool's own status stands (berm did not kill it). The call's /tmp is not looked at
+	// again: the init's root may be gone.
 	late := reason == ""
-	if reason == "" && ev.OOMKills > 0 {
-		reason, detail = event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", spec.Limits.MemoryBytes)
-		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: event.ResourceMemory, Limit: spec.Limits.MemoryBytes}})
-	}
-	if reason == "" && ev.PidsMax > 0 {
-		reason, detail = event.EndPidsLimit, fmt.Sprintf("process cap of %d", spec.Limits.Pids)
-		l.call.Emit(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: event.ResourcePids, Limit: spec.Limits.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)}})
-	}
-	if reason == "" {
-		if d, lim := l.quota.exceeded(); lim != nil {
-			reason, detail = event.EndDiskLimit, d
-			l.call.Emit(event.Event{Kind: event.KindLimit, Limit: lim})
+	if late {
+		look := capLook{cg: ev}
+		look.disk, look.diskLimit = l.quota.exceeded()
+		if hit, ok := endReason(look, spec.Limits); ok {
+			reason, detail = hit.reason, hit.detail
+			l.call.Emit(event.Event{Kind: event.KindLimit, Limit: hit.limit})
 		}
 	}
+	return endStatus(res, reason, detail, late, st, waitErr)
+}
+
+// copyOutputs starts copying the tool's stdout, stderr and terminal to the caller, each
+// through its redactor; the delivery's files are the copiers' from here on.
+func (l *launch) copyOutputs(d *delivery) *sync.WaitGroup {
+	spec := l.spec
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	go l.copyOutput(&copiers, d.out, l.redactor("stdout", spec.Stdout))
+	go l.copyOutput(&copiers, d.errR, l.redactor("stderr", spec.Stderr))
+	if d.termOut != nil {
+		echo := spec.Stdout
+		if !spec.Terminal.Stdout && spec.Terminal.Stderr {
+			echo = spec.Stderr
+		}
+		copiers.Add(1)
+		go l.copyOutput(&copiers, d.termOut, l.redactor("terminal", echo))
+	}
+	d.out, d.errR, d.termOut = nil, nil, nil
+	return &copiers
+}
+
+// startSupervisor starts the call's approval supervisor, when its policy holds actions. The
+// approval listener arrives from the init just before the tool executes; the init closes the
+// channel without one when the tool did not start (or at its end), so this never outlives the
+// call. Nil: no approvals.
+func (l *launch) startSupervisor(sb *sandbox) chan *approval.Supervisor {
+	if len(l.env.init.Approvals) == 0 {
+		return nil
+	}
+	supervisor := make(chan *approval.Supervisor, 1)
+	fd := sb.cfg
+	sb.cfg = -1
+	go func() {
+		sup := l.supervise(fd, sb)
+		if sup != nil {
+			l.sup.Store(sup)
+		}
+		supervisor <- sup
+	}()
+	return supervisor
+}
+
+// endSupervisor ends the requests still waiting with the call, saying why.
+func (l *launch) endSupervisor(supervisor chan *approval.Supervisor) {
+	if supervisor == nil {
+		return
+	}
+	if sup := <-supervisor; sup != nil {
+		l.mu.Lock()
+		why := l.detail
+		l.mu.Unlock()
+		if why == "" {
+			why = "the tool ended"
+		}
+		sup.End(why)
+	}
+}
+
+// waitForTool waits for the init's report of the tool's end. The init reports it before its
+// own: with every other process of the call reaped (Reaped), the call ends now and the init's
+// exit (its runtime, the namespaces' teardown) goes on beside it; the sandbox's discard waits
+// for it. Otherwise (the init died, or something stayed), the init's exit is waited for first.
+func waitForTool(sb *sandbox) (st sandboxinit.Status, waitErr error) {
+	if err := json.NewDecoder(sb.stat).Decode(&st); err != nil || !st.Reaped {
+		waitErr = sb.cmd.Wait()
+		sb.cmd = nil
+	}
+	return st, waitErr
+}
+
+// capLook is one look at a call's caps: its cgroup's events, its /tmp's file system (zero when
+// not looked at, or not there) and its disk budget (disk and diskLimit when exceeded).
+type capLook struct {
+	cg        cgroup.Events
+	tmp       unix.Statfs_t
+	disk      string
+	diskLimit *event.Limit
+}
+
+// capHit is a cap that ends a call: its end reason, what to say, the limit event to record.
+type capHit struct {
+	reason event.EndReason
+	detail string
+	limit  *event.Limit
+}
+
+// endReason is the first cap a look finds the call over, in this order: memory (an OOM kill),
+// processes (a refused fork), /tmp's bytes, /tmp's inodes, the workspace's disk budget. The
+// watcher asks it every tick, and finish once more when the call ended before the watcher
+// saw a cap.
+func endReason(look capLook, lim event.Limits) (capHit, bool) {
+	fs := look.tmp
+	switch {
+	case look.cg.OOMKills > 0:
+		return capHit{event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", lim.MemoryBytes),
+			&event.Limit{Resource: event.ResourceMemory, Limit: lim.MemoryBytes}}, true
+	case look.cg.PidsMax > 0:
+		return capHit{event.EndPidsLimit, fmt.Sprintf("process cap of %d", lim.Pids),
+			&event.Limit{Resource: event.ResourcePids, Limit: lim.Pids, Detail: fmt.Sprintf("%d forks refused", look.cg.PidsMax)}}, true
+	case fs.Type == unix.TMPFS_MAGIC && fs.Blocks > 0 && fs.Bavail == 0:
+		return capHit{event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d bytes", lim.TmpBytes),
+			&event.Limit{Resource: event.ResourceTmp, Limit: lim.TmpBytes}}, true
+	case fs.Type == unix.TMPFS_MAGIC && fs.Files > 0 && fs.Ffree == 0:
+		return capHit{event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d inodes", fs.Files),
+			&event.Limit{Resource: event.ResourceTmpInodes, Limit: int64(fs.Files)}}, true
+	case look.diskLimit != nil:
+		return capHit{event.EndDiskLimit, look.disk, look.diskLimit}, true
+	}
+	return capHit{}, false
+}
+
+// endStatus completes a call's result from why berm ended it (reason, empty when it did not;
+// late when a cap was found only after the tool ended) and the init's report of the tool's end
+// (waitErr: the init's exit, when it said nothing).
+func endStatus(res agent.Result, reason event.EndReason, detail string, late bool, st sandboxinit.Status, waitErr error) agent.Result {
 	switch {
 	case reason != "":
 		res.Reason, res.Detail = reason, detail
@@ -651,26 +790,13 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 			l.stop(event.EndTimeout, fmt.Sprintf("wall-time cap of %s", lim.WallTime),
 				&event.Limit{Resource: event.ResourceWallTime, Limit: int64(lim.WallTime)})
 		case <-tick.C:
-			ev := l.cg.Events()
-			if ev.OOMKills > 0 {
-				l.stop(event.EndMemoryLimit, fmt.Sprintf("memory cap of %d bytes", lim.MemoryBytes),
-					&event.Limit{Resource: event.ResourceMemory, Limit: lim.MemoryBytes})
+			look := capLook{cg: l.cg.Events()}
+			if unix.Statfs(tmp, &look.tmp) != nil {
+				look.tmp = unix.Statfs_t{}
 			}
-			if ev.PidsMax > 0 {
-				l.stop(event.EndPidsLimit, fmt.Sprintf("process cap of %d", lim.Pids),
-					&event.Limit{Resource: event.ResourcePids, Limit: lim.Pids, Detail: fmt.Sprintf("%d forks refused", ev.PidsMax)})
-			}
-			var fs unix.Statfs_t
-			if unix.Statfs(tmp, &fs) == nil && fs.Type == unix.TMPFS_MAGIC && fs.Blocks > 0 && fs.Bavail == 0 {
-				l.stop(event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d bytes", lim.TmpBytes),
-					&event.Limit{Resource: event.ResourceTmp, Limit: lim.TmpBytes})
-			}
-			if fs.Type == unix.TMPFS_MAGIC && fs.Files > 0 && fs.Ffree == 0 {
-				l.stop(event.EndTmpLimit, fmt.Sprintf("/tmp cap of %d inodes", fs.Files),
-					&event.Limit{Resource: event.ResourceTmpInodes, Limit: int64(fs.Files)})
-			}
-			if d, lim := l.quota.exceeded(); lim != nil {
-				l.stop(event.EndDiskLimit, d, lim)
+			look.disk, look.diskLimit = l.quota.exceeded()
+			if hit, ok := endReason(look, lim); ok {
+				l.stop(hit.reason, hit.detail, hit.limit)
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: every figure berm publishes, measured in one run on this machine. Results go to
-# stdout and .bench/results.md; README.md quotes them.
+# stdout and .bench/results.md; testenv/bench/README.md quotes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then echo "make bench needs root: sudo make bench" >&2; exit 1; fi

@@ -38,25 +38,17 @@ type pathFact struct {
 func readPathFact(path string) pathFact {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
-		return pathFact{errno: errnoOf(err)}
+		return pathFact{errno: ErrnoOf(err)}
 	}
 	f := pathFact{mode: st.Mode & unix.S_IFMT}
 	if f.mode == unix.S_IFLNK {
 		target, err := os.Readlink(path)
 		if err != nil {
-			return pathFact{mode: f.mode, errno: errnoOf(err)}
+			return pathFact{mode: f.mode, errno: ErrnoOf(err)}
 		}
 		f.link = target
 	}
 	return f
-}
-
-func errnoOf(err error) unix.Errno {
-	var en unix.Errno
-	if errors.As(err, &en) {
-		return en
-	}
-	return unix.EIO
 }
 
 func (r *FSReads) lstat(path string) pathFact {

@@ -8,10 +8,11 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/bermsec/berm/agent/policy/yamlerr"
 )
 
 // Load reads and validates a policy file. A returned error is an Errors listing every problem.
@@ -82,23 +83,7 @@ func (d *decoder) fail(n *yaml.Node, field, format string, a ...any) {
 }
 
 // describe spells a node for "got ..." in messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!str":
-			return strconv.Quote(n.Value)
-		case "!!null":
-			return "nothing"
-		}
-		return n.Value
-	}
-	return "an alias"
-}
+var describe = yamlerr.Describe
 
 func resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {

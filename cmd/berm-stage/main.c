@@ -31,6 +31,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../internal/cshared/errstr.h"
+
 // stageconfig.go's constants (the Go side is their definition; its test checks them here).
 // STAGE_MAGIC is "BST1" read as a little-endian u32.
 #define STAGE_MAGIC 0x31545342u
@@ -76,14 +78,6 @@ struct open_how_ {
 };
 
 extern char **environ;
-
-// errstr is an errno's text as Go prints it: strerror, lower-cased first letter.
-static const char *errstr(int e) {
-	static char buf[128];
-	snprintf(buf, sizeof buf, "%s", strerror(e));
-	if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z')) buf[0] += 'a' - 'A';
-	return buf;
-}
 
 // fail reports why the tool did not start, as JSON on fd 4, and exits with code.
 static void fail(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));

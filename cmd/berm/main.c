@@ -26,6 +26,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "../internal/cshared/errstr.h"
+
 extern char **environ;
 
 // callproto's constants (the Go side is their definition; callproto's tests read them here).
@@ -38,14 +40,6 @@ extern char **environ;
 
 static char **g_argv;
 static int g_sock = -1;
-
-// errstr is an errno's text as Go prints it: strerror, lower-cased first letter.
-static const char *errstr(int e) {
-	static char buf[128];
-	snprintf(buf, sizeof buf, "%s", strerror(e));
-	if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z')) buf[0] += 'a' - 'A';
-	return buf;
-}
 
 // go_front executes berm-front beside this binary with the same arguments.
 static void go_front(void) {

@@ -52,6 +52,17 @@ func Types() [][2]string {
 	return out
 }
 
+// UnknownTypeError is a query type Build does not know: the request's mistake, not the
+// server's.
+type UnknownTypeError struct {
+	Type  string
+	Known []string // the types there are
+}
+
+func (e *UnknownTypeError) Error() string {
+	return fmt.Sprintf("query type %q is not known: want one of %s", e.Type, strings.Join(e.Known, ", "))
+}
+
 // Build gives the statements of a query type.
 func Build(queryType string, p Params) ([]Statement, error) {
 	b, ok := types[queryType]
@@ -60,7 +71,7 @@ func Build(queryType string, p Params) ([]Statement, error) {
 		for _, t := range Types() {
 			names = append(names, t[0])
 		}
-		return nil, fmt.Errorf("query type %q is not known: want one of %s", queryType, strings.Join(names, ", "))
+		return nil, &UnknownTypeError{Type: queryType, Known: names}
 	}
 	if err := p.Check(); err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/backend/instancemgmt"
 
 	"github.com/bermsec/berm/collector"
+	"github.com/bermsec/berm/collector/query"
 )
 
 // ID is the plugin's id, as plugin.json and Grafana's allow_loading_unsigned_plugins name it.
@@ -181,7 +181,7 @@ func (d *Datasource) query(ctx context.Context, conn driver.Conn, schema collect
 	frames, err := run(ctx, conn, m.QueryType, p)
 	if err != nil {
 		d.log.Warn("query failed", "type", m.QueryType, "ref", q.RefID, "err", err)
-		if strings.Contains(err.Error(), "not known") {
+		if _, unknown := errors.AsType[*query.UnknownTypeError](err); unknown {
 			return backend.ErrDataResponse(backend.StatusBadRequest, err.Error())
 		}
 		return backend.ErrDataResponse(backend.StatusInternal, err.Error())

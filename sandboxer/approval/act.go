@@ -436,15 +436,7 @@ func openBeneath(l loc, flags int, mode uint32) (int, error) {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 }
 
-func errnoOf(err error) unix.Errno {
-	if err == nil {
-		return 0
-	}
-	if e, ok := err.(unix.Errno); ok {
-		return e
-	}
-	return unix.EIO
-}
+var errnoOf = policy.ErrnoOf
 
 // readString reads a NUL-terminated string of at most PATH_MAX bytes at addr.
 func readString(mem *os.File, addr uint64) (string, unix.Errno) {

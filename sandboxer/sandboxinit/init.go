@@ -117,129 +117,182 @@ type Status struct {
 	Reaped bool `json:"reaped,omitempty"`
 }
 
-// Main is the sandbox init. It never returns.
+// Main is the sandbox init. It never returns. Its phases: start up (its own files, ids and
+// the stage's binary), await the call (a warm init first prepares what does not depend on
+// it: prepareWarm), take the call, configure it (the stage's configuration, the root, host
+// name, network, a held call's release), release the tool, then reap until the tool ends.
 func Main() {
 	// Thread attributes (no_new_privs) must be set on the thread that forks the tool.
 	runtime.LockOSThread()
-	status := os.NewFile(4, "status")
-	var cfg Config
-	report := func(st Status, code int) {
-		_ = json.NewEncoder(status).Encode(st)
-		os.Exit(code)
+	p := startUp()
+	msg, fds := p.awaitCall()
+	cfg, stdin := p.takeCall(msg, fds)
+	if p.stage == nil {
+		p.startStage()
 	}
-	// The tool gets stdin, stdout and stderr, nothing else of the init's: not the status pipe
-	// (a tool that wrote there would forge or garble its own end), not the go pipe, not what
-	// the launcher inherited from whoever started it.
+	p.configureCall(&cfg, stdin, fds)
+	p.releaseTool(&cfg)
+	p.reapUntilToolEnds()
+}
+
+// initProc is the init while it sets up its call: the status it reports on fd 4, the
+// launcher's channel on fd 3, the sandbox's host ids and the tool's stage.
+type initProc struct {
+	status           *os.File
+	ch               *channel
+	hostUID, hostGID uint32
+	stageBin         *os.File // until the stage starts
+	stage            *toolStage
+	// prepared is the root a warm init built ahead of its call; loUp: it brought up loopback.
+	prepared *RootPlan
+	loUp     bool
+}
+
+// report tells the launcher how the call ended and exits with code.
+func (p *initProc) report(st Status, code int) {
+	_ = json.NewEncoder(p.status).Encode(st)
+	os.Exit(code)
+}
+
+// fail reports a set-up failure before the tool's stage runs.
+func (p *initProc) fail(msg string) { p.report(Status{Error: msg}, 125) }
+
+// fatal reports a set-up failure once the tool's stage runs, ending it first.
+func (p *initProc) fatal(msg string) {
+	p.stage.kill()
+	p.fail(msg)
+}
+
+// startUp readies what the init has of its own: the tool gets stdin, stdout and stderr,
+// nothing else of the init's: not the status pipe (a tool that wrote there would forge or
+// garble its own end), not the go pipe, not what the launcher inherited from whoever started
+// it.
+func startUp() *initProc {
+	p := &initProc{status: os.NewFile(4, "status"), ch: &channel{fd: 3}}
 	if err := closeOnExecFrom(3); err != nil {
-		report(Status{Error: "mark inherited files close-on-exec: " + err.Error()}, 125)
+		p.fail("mark inherited files close-on-exec: " + err.Error())
 	}
-	hostUID, hostGID, err := parseIDs(os.Args)
+	var err error
+	if p.hostUID, p.hostGID, err = parseIDs(os.Args); err != nil {
+		p.fail(err.Error())
+	}
+	if p.stageBin, err = openStage(); err != nil {
+		p.fail(err.Error())
+	}
+	return p
+}
+
+// startStage starts the tool's stage once the launcher says the init is in every cgroup of
+// the call (one byte on fd 5): the stage, and everything it forks, must be counted.
+func (p *initProc) startStage() {
+	var goByte [1]byte
+	if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
+		p.fail("launcher did not let the call start")
+	}
+	// The init's /proc must be the call's pid namespace's before it forks: the id maps of
+	// its child are written through /proc/PID, PID as this namespace numbers it. Mounts
+	// made here stay in the call (made private first).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		p.fail("make mounts private: " + err.Error())
+	}
+	if err := mountProc("/proc"); err != nil {
+		p.fail(err.Error())
+	}
+	stage, err := startTool(p.stageBin, p.hostUID, p.hostGID)
+	p.stageBin.Close()
 	if err != nil {
-		report(Status{Error: err.Error()}, 125)
+		p.fail(err.Error())
 	}
-	stageBin, err := openStage()
-	if err != nil {
-		report(Status{Error: err.Error()}, 125)
-	}
-	// startStage starts the tool's stage once the launcher says the init is in every cgroup
-	// of the call (one byte on fd 5): the stage, and everything it forks, must be counted.
-	var stage *toolStage
-	startStage := func() {
-		var goByte [1]byte
-		if n, _ := os.NewFile(5, "go").Read(goByte[:]); n != 1 {
-			report(Status{Error: "launcher did not let the call start"}, 125)
-		}
-		// The init's /proc must be the call's pid namespace's before it forks: the id maps of
-		// its child are written through /proc/PID, PID as this namespace numbers it. Mounts
-		// made here stay in the call (made private first).
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			report(Status{Error: "make mounts private: " + err.Error()}, 125)
-		}
-		if err := mountProc("/proc"); err != nil {
-			report(Status{Error: err.Error()}, 125)
-		}
-		stage, err = startTool(stageBin, hostUID, hostGID)
-		stageBin.Close()
-		if err != nil {
-			report(Status{Error: err.Error()}, 125)
-		}
-	}
-	ch := &channel{fd: 3}
-	msg, fds, err := ch.next()
+	p.stage = stage
+}
+
+// awaitCall reads the launcher's first message: the call, or, for a warm init, what to
+// prepare ahead of it (prepareWarm), and then the call.
+func (p *initProc) awaitCall() (*Message, []*os.File) {
+	msg, fds, err := p.ch.next()
 	if err != nil {
 		// The launcher closed without a config: it failed to set the call up. Nothing to run.
-		report(Status{Error: err.Error()}, 125)
+		p.fail(err.Error())
 	}
-	var prepared *RootPlan
-	loUp := false
 	if msg.Prepare != nil {
-		// A warm init: build what does not depend on the call, start the tool's stage, then
-		// wait for a call.
-		if err := prepareRoot(msg.Prepare); err != nil {
-			report(Status{Error: "prepare root: " + err.Error()}, 125)
-		}
-		prepared = msg.Prepare
-		if msg.PrepareNet {
-			if err := loopbackUp(); err != nil {
-				report(Status{Error: err.Error()}, 125)
-			}
-			loUp = true
-		}
-		startStage()
-		if err := stage.up(); err != nil {
-			stage.kill()
-			report(Status{Error: err.Error()}, 125)
-		}
-		// Running (its libraries loaded, should it be linked dynamically), the stage reads
-		// nothing of the host's any more: into the root.
-		if err := pivotInto(); err != nil {
-			stage.kill()
-			report(Status{Error: "prepare root: " + err.Error()}, 125)
-		}
-		warmUp()
-		if msg, fds, err = ch.next(); err != nil {
-			stage.kill()
-			report(Status{Error: err.Error()}, 125)
+		p.prepareWarm(msg)
+		if msg, fds, err = p.ch.next(); err != nil {
+			p.fatal(err.Error())
 		}
 	}
+	return msg, fds
+}
+
+// prepareWarm builds what does not depend on the call and starts the tool's stage, for a warm
+// init waiting for its call.
+func (p *initProc) prepareWarm(msg *Message) {
+	if err := prepareRoot(msg.Prepare); err != nil {
+		p.fail("prepare root: " + err.Error())
+	}
+	p.prepared = msg.Prepare
+	if msg.PrepareNet {
+		if err := loopbackUp(); err != nil {
+			p.fail(err.Error())
+		}
+		p.loUp = true
+	}
+	p.startStage()
+	if err := p.stage.up(); err != nil {
+		p.fatal(err.Error())
+	}
+	// Running (its libraries loaded, should it be linked dynamically), the stage reads
+	// nothing of the host's any more: into the root.
+	if err := pivotInto(); err != nil {
+		p.fatal("prepare root: " + err.Error())
+	}
+	warmUp()
+}
+
+// takeCall checks the launcher's call and the files sent with it: the tool's stdin, the
+// workspace's detached mount and, with a terminal, its device's. The channel closes here when
+// nothing more will come over it.
+func (p *initProc) takeCall(msg *Message, fds []*os.File) (Config, *os.File) {
 	if msg.Call == nil || len(msg.Call.Argv) == 0 {
-		report(Status{Error: "no call in the launcher's configuration"}, 125)
+		p.fail("no call in the launcher's configuration")
 	}
-	cfg = *msg.Call
+	cfg := *msg.Call
 	// The sandbox's ids are the init's own (its argv), whatever the config says.
-	cfg.HostUID, cfg.HostGID = hostUID, hostGID
-	want := 2
-	if cfg.Terminal != nil && cfg.Terminal.Name != "" {
-		want = 3
+	cfg.HostUID, cfg.HostGID = p.hostUID, p.hostGID
+	if want := filesWithCall(&cfg); len(fds) != want {
+		p.fail(fmt.Sprintf("expected the tool's stdin, the workspace and %d more files with the config, got %d files", want-2, len(fds)))
 	}
-	if len(fds) != want {
-		report(Status{Error: fmt.Sprintf("expected the tool's stdin, the workspace and %d more files with the config, got %d files", want-2, len(fds))}, 125)
-	}
-	stdin := fds[0]
 	cfg.workspaceTree = int(fds[1].Fd())
 	if len(cfg.Approvals) == 0 && !cfg.Hold {
 		unix.Close(3)
 	}
-	if stage == nil {
-		startStage()
+	return cfg, fds[0]
+}
+
+// filesWithCall is how many files come with a call: stdin and the workspace, and a terminal's
+// device.
+func filesWithCall(cfg *Config) int {
+	if cfg.Terminal != nil && cfg.Terminal.Name != "" {
+		return 3
 	}
-	fatal := func(msg string) {
-		stage.kill()
-		report(Status{Error: msg}, 125)
-	}
-	// The stage reads (and decodes) its configuration while the root is built below; it does
-	// nothing with it until start, once the root, host name, network and memfd setting are the
-	// call's.
-	if err := stage.configure(&cfg, stdin); err != nil {
-		fatal(err.Error())
+	return 2
+}
+
+// configureCall makes the call's sandbox what its config says: the stage reads (and decodes)
+// its configuration while the root is built; it does nothing with it until releaseTool, once
+// the root, host name, network and memfd setting are the call's. A held call waits here for
+// the launcher's Start.
+func (p *initProc) configureCall(cfg *Config, stdin *os.File, fds []*os.File) {
+	stage := p.stage
+	if err := stage.configure(cfg, stdin); err != nil {
+		p.fatal(err.Error())
 	}
 	stdin.Close()
-	if err := setupMounts(&cfg, prepared, stage.up); err != nil {
-		fatal(err.Error())
+	if err := setupMounts(cfg, p.prepared, stage.up); err != nil {
+		p.fatal(err.Error())
 	}
 	// The workspace's fd was used by number: its File must not be collected (and closed) first.
 	runtime.KeepAlive(fds[1])
-	if want == 3 {
+	if filesWithCall(cfg) == 3 {
 		if !cfg.HostRoot {
 			// Cosmetic (the tool has its terminal either way): a failure leaves it unnamed.
 			_ = showTerminal(int(fds[2].Fd()), cfg.Terminal.Name)
@@ -250,31 +303,39 @@ func Main() {
 		// Per pid namespace, inherited by nested ones and never lowered there: the tool
 		// cannot undo it.
 		if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
-			fatal("vm.memfd_noexec: " + err.Error())
+			p.fatal("vm.memfd_noexec: " + err.Error())
 		}
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		fatal("sethostname: " + err.Error())
+		p.fatal("sethostname: " + err.Error())
 	}
-	if cfg.NewNet && !loUp {
+	if cfg.NewNet && !p.loUp {
 		if err := loopbackUp(); err != nil {
-			fatal(err.Error())
+			p.fatal(err.Error())
 		}
 	}
 	if cfg.Hold {
-		m, more, err := ch.next()
+		m, more, err := p.ch.next()
 		for _, f := range more {
 			f.Close()
 		}
 		if err != nil || !m.Start || len(more) != 0 {
-			fatal(fmt.Sprintf("launcher did not let the tool start (%d files): %v", len(more), err))
+			p.fatal(fmt.Sprintf("launcher did not let the tool start (%d files): %v", len(more), err))
 		}
 		if len(cfg.Approvals) == 0 {
 			unix.Close(3)
 		}
 	}
+}
+
+// releaseTool lets the stage execute the tool, forwards the approval listener, and confines
+// the init itself as the tool is: it stays in the call until its end, so it takes the tool's
+// seccomp filter too. Its Landlock domain would add nothing (it opens no file from here on)
+// but the cost of building it twice. A tool that did not start is reported here.
+func (p *initProc) releaseTool(cfg *Config) {
+	stage := p.stage
 	if err := stage.start(); err != nil {
-		fatal(err.Error())
+		p.fatal(err.Error())
 	}
 	if len(cfg.Approvals) > 0 {
 		// The listener comes from the stage just before it executes the tool; without it
@@ -286,25 +347,25 @@ func Main() {
 			unix.Close(3)
 		}
 	}
-	// The init stays in the call until its end: it takes the tool's seccomp filter too. Its
-	// Landlock domain would add nothing (it opens no file from here on) but the cost of
-	// building it twice.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fatal("no_new_privs: " + err.Error())
+		p.fatal("no_new_privs: " + err.Error())
 	}
 	if len(cfg.Seccomp) > 0 {
 		if err := seccomp.Install(cfg.Seccomp, seccomp.TSync); err != nil {
-			fatal("seccomp: " + err.Error())
+			p.fatal("seccomp: " + err.Error())
 		}
 	}
 	if tf := stage.result(); tf != nil {
 		// 126 and 127 are the tool's (could not execute, not found); 125 is the setup's.
-		report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
+		p.report(Status{Error: tf.Error, Exited: tf.Code != 125, Code: tf.Code}, tf.Code)
 	}
-	tool := stage.cmd.Process.Pid
-	// As pid 1 of the call's pid namespace, reap every orphan until the tool itself ends; then
-	// end whatever else is left (reapAll), or leave it to the kernel, which kills it when the
-	// init exits.
+}
+
+// reapUntilToolEnds reaps every orphan, as pid 1 of the call's pid namespace, until the tool
+// itself ends; then ends whatever else is left (reapAll), or leaves it to the kernel, which
+// kills it when the init exits, and reports the tool's status.
+func (p *initProc) reapUntilToolEnds() {
+	tool := p.stage.cmd.Process.Pid
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -312,7 +373,7 @@ func Main() {
 			continue
 		}
 		if err != nil {
-			report(Status{Started: true, Error: "wait: " + err.Error()}, 125)
+			p.report(Status{Started: true, Error: "wait: " + err.Error()}, 125)
 		}
 		if pid != tool {
 			continue
@@ -331,7 +392,7 @@ func Main() {
 			unix.Close(1)
 			unix.Close(2)
 		}
-		report(st, code)
+		p.report(st, code)
 	}
 }
 

@@ -63,3 +63,33 @@ func Syntax(file string, err error) (Pos, string) {
 	}
 	return p, msg
 }
+
+// Kind is what a node is: a mapping, a list, a scalar, an alias, or nothing.
+func Kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return "a scalar"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "nothing"
+}
+
+// Describe is Kind with a scalar spelled out: a string quoted, null as nothing, any other
+// scalar as written.
+func Describe(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return Kind(n)
+	}
+	switch n.Tag {
+	case "!!str":
+		return strconv.Quote(n.Value)
+	case "!!null":
+		return "nothing"
+	}
+	return n.Value
+}

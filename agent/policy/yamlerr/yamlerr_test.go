@@ -60,3 +60,37 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+func TestEveryNodeIsNamedForItsMessage(t *testing.T) {
+	for _, tc := range []struct {
+		src            string
+		kind, describe string
+	}{
+		{"{a: 1}", "a mapping", "a mapping"},
+		{"[1, 2]", "a list", "a list"},
+		{"hello", "a scalar", `"hello"`},
+		{"'a \"quoted\"\n line'", "a scalar", `"a \"quoted\" line"`},
+		{"42", "a scalar", "42"},
+		{"true", "a scalar", "true"},
+		{"~", "a scalar", "nothing"},
+	} {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(tc.src), &doc); err != nil {
+			t.Fatal(err)
+		}
+		n := doc.Content[0]
+		if got := Kind(n); got != tc.kind {
+			t.Errorf("Kind(%s) = %s, want %s", tc.src, got, tc.kind)
+		}
+		if got := Describe(n); got != tc.describe {
+			t.Errorf("Describe(%s) = %s, want %s", tc.src, got, tc.describe)
+		}
+	}
+	alias := &yaml.Node{Kind: yaml.AliasNode}
+	if Kind(alias) != "an alias" || Describe(alias) != "an alias" {
+		t.Errorf("an alias is named %s / %s", Kind(alias), Describe(alias))
+	}
+	if Kind(&yaml.Node{}) != "nothing" {
+		t.Errorf("a node of no kind is named %s", Kind(&yaml.Node{}))
+	}
+}

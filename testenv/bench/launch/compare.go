@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
 
 // variantRun is one build's warm launches in a comparison, with the bare execs and bwrap
@@ -33,15 +35,15 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 	for b := 0; b < blocks; b++ {
 		for vi, v := range vs {
 			state := filepath.Join(work, fmt.Sprintf("state-%d", vi))
-			sock := filepath.Join(work, fmt.Sprintf("v%d.sock", vi))
+			sock := filepath.Join(work, fmt.Sprintf("v%d.Socket", vi))
 			_ = os.Remove(sock)
 			d := startDaemon(filepath.Join(v.bin, "bermd"), state, sock)
 			for i := 0; i < per; i++ {
-				d.settle()
+				d.Settle()
 				v.bare = append(v.bare, timeRun("/bin/true"))
-				d.settle()
+				d.Settle()
 				v.bwrap = append(v.bwrap, timeRun("bwrap", bwrapArgs...))
-				d.settle()
+				d.Settle()
 				id := fmt.Sprintf("cmp%d-%d-%d-%d", vi, os.Getpid(), b, i)
 				start := time.Now()
 				t := timeRun(filepath.Join(v.bin, "berm"), "run", "--socket", sock, "--daemon", "required", "--workspace", ws,
@@ -49,10 +51,10 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 				v.berm = append(v.berm, t)
 				v.calls = append(v.calls, cliCall{id, start, start.Add(t)})
 			}
-			d.stop()
+			d.Stop()
 			from := len(v.bare) - per
-			bb := pct(v.bare[from:], .5)
-			v.blockRatios = append(v.blockRatios, float64(pct(v.berm[from:], .5)-bb)/float64(pct(v.bwrap[from:], .5)-bb))
+			bb := benchkit.Pct(v.bare[from:], .5)
+			v.blockRatios = append(v.blockRatios, float64(benchkit.Pct(v.berm[from:], .5)-bb)/float64(benchkit.Pct(v.bwrap[from:], .5)-bb))
 			// Every block's daemon logged into its own map: the build's is their union.
 			d.served.mu.Lock()
 			for id, t := range d.served.calls {
@@ -65,10 +67,10 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 	fmt.Println("| build | bare p50 | bwrap p50 | berm p50 | berm p90 | berm overhead over bare (p50) | bwrap overhead | berm / bwrap overhead |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, v := range vs {
-		b50 := pct(v.bare, .5)
-		o, ob := pct(v.berm, .5)-b50, pct(v.bwrap, .5)-b50
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %.2f |\n", v.label, ms(b50), ms(pct(v.bwrap, .5)), ms(pct(v.berm, .5)),
-			ms(pct(v.berm, .9)), ms(o), ms(ob), float64(o)/float64(ob))
+		b50 := benchkit.Pct(v.bare, .5)
+		o, ob := benchkit.Pct(v.berm, .5)-b50, benchkit.Pct(v.bwrap, .5)-b50
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %.2f |\n", v.label, benchkit.MS(b50), benchkit.MS(benchkit.Pct(v.bwrap, .5)), benchkit.MS(benchkit.Pct(v.berm, .5)),
+			benchkit.MS(benchkit.Pct(v.berm, .9)), benchkit.MS(o), benchkit.MS(ob), float64(o)/float64(ob))
 	}
 	fmt.Println()
 	fmt.Println("| build | block ratios (berm / bwrap overhead, p50s of each block): min | median | max | blocks where it is lower than the other build's same block |")
@@ -92,13 +94,13 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 	for vi, v := range vs {
 		state := filepath.Join(work, fmt.Sprintf("state-%d", vi))
 		rows, err := breakdown(state, v.calls, v.served)
-		must(err)
+		benchkit.Must(err)
 		for j := range phaseNames {
 			col := make([]time.Duration, len(rows))
 			for i, r := range rows {
 				col[i] = r[j]
 			}
-			cols[vi] = append(cols[vi], pct(col, .5))
+			cols[vi] = append(cols[vi], benchkit.Pct(col, .5))
 		}
 	}
 	fmt.Print("| phase (p50) |")
@@ -113,7 +115,7 @@ func compareWarm(vs []*variantRun, work, ws, pol string, bwrapArgs []string, n, 
 	for j, name := range phaseNames {
 		fmt.Printf("| %s |", name)
 		for vi := range vs {
-			fmt.Printf(" %s |", ms(cols[vi][j]))
+			fmt.Printf(" %s |", benchkit.MS(cols[vi][j]))
 		}
 		fmt.Println()
 	}

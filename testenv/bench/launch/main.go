@@ -9,32 +9,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bermsec/berm/sandboxer/callproto"
-	"github.com/bermsec/berm/testenv/promscrape"
+	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
-
-// cleanups run before any exit, so a failed run leaves no daemon behind.
-var cleanups []func()
-
-func must(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-		os.Exit(1)
-	}
-}
 
 func timeRun(name string, args ...string) time.Duration {
 	cmd := exec.Command(name, args...)
@@ -42,34 +27,9 @@ func timeRun(name string, args ...string) time.Duration {
 	cmd.Stderr = &errb
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		must(fmt.Errorf("%s %v: %v: %s", name, args, err, errb.String()))
+		benchkit.Must(fmt.Errorf("%s %v: %v: %s", name, args, err, errb.String()))
 	}
 	return time.Since(start)
-}
-
-func pct(d []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(float64(len(s)-1) * p)
-	return s[i]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-
-func output(name string, args ...string) string {
-	cmd := exec.Command(name, args...)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	out, err := cmd.Output()
-	if err != nil {
-		must(fmt.Errorf("%s %v: %v: %s", name, args, err, errb.String()))
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func median(f []float64) float64 {
-	sort.Float64s(f)
-	return f[len(f)/2]
 }
 
 func main() {
@@ -90,19 +50,13 @@ func main() {
 	http.DefaultTransport.(*http.Transport).DisableCompression = true
 
 	work, err := os.MkdirTemp("/run", "berm-bench.")
-	must(err)
+	benchkit.Must(err)
 	defer os.RemoveAll(work)
-	cleanups = append(cleanups, func() { os.RemoveAll(work) })
-	must(os.Chmod(work, 0o755))
-	ws := filepath.Join(work, "ws")
-	must(os.Mkdir(ws, 0o755))
-	must(os.Chown(ws, 65534, 65534))
+	benchkit.OnExit(func() { os.RemoveAll(work) })
+	benchkit.Must(os.Chmod(work, 0o755))
+	ws := benchkit.Workspace(work, "ws")
 	sysloop := filepath.Join(ws, "sysloop")
-	build := exec.Command("go", "build", "-o", sysloop, "./testenv/bench/sysloop")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		must(fmt.Errorf("build sysloop: %v: %s", err, out))
-	}
+	benchkit.BuildSysloop(sysloop)
 	if *soakOnly {
 		soak(bermd, berm, ws, writePolicy(work, "base", 0, 0), *soakN, *n, *soakLimit, *soakProfile)
 		return
@@ -113,7 +67,7 @@ func main() {
 	// Syscall cost with no agent on the machine.
 	var bare []float64
 	for i := 0; i < *rounds; i++ {
-		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(loops)), 64)
+		v, _ := strconv.ParseFloat(benchkit.Output(sysloop, strconv.Itoa(loops)), 64)
 		bare = append(bare, v)
 	}
 
@@ -141,11 +95,11 @@ func main() {
 	var warmCalls []cliCall // the warm run's berm calls, for the per-phase breakdown
 	interleaved := func(d *daemon, prefix string) (tBare, tBwrap, tBerm []time.Duration) {
 		for i := 0; i < *n; i++ {
-			d.settle()
+			d.Settle()
 			tBare = append(tBare, timeRun("/bin/true"))
-			d.settle()
+			d.Settle()
 			tBwrap = append(tBwrap, timeRun("bwrap", bwrapArgs...))
-			d.settle()
+			d.Settle()
 			id := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), i)
 			start := time.Now()
 			tBerm = append(tBerm, timeRun(berm, append(run("--call-id", id, "--"), "/bin/true")...))
@@ -156,32 +110,32 @@ func main() {
 		return
 	}
 	if *warmOnly {
-		dCold.stop()
+		dCold.Stop()
 		d := startDaemon(bermd, state, sock)
-		defer d.stop()
+		defer d.Stop()
 		wBare, wBwrap, wBerm := interleaved(d, "warm")
 		fmt.Printf("## Warm launch latency (%d launches each, interleaved)\n\n", *n)
 		fmt.Println("| variant | p50 | p90 | p99 | p50 overhead over bare exec | overhead / bwrap's |")
 		fmt.Println("|---|---|---|---|---|---|")
-		b50 := pct(wBare, .5)
+		b50 := benchkit.Pct(wBare, .5)
 		for _, v := range []struct {
 			name string
 			t    []time.Duration
 		}{{"bare exec /bin/true", wBare}, {"bwrap --unshare-all /bin/true", wBwrap}, {"**berm run, warm sandbox**", wBerm}} {
-			fmt.Printf("| %s | %s | %s | %s | %s | %.2f |\n", v.name, ms(pct(v.t, .5)), ms(pct(v.t, .9)), ms(pct(v.t, .99)),
-				ms(pct(v.t, .5)-b50), float64(pct(v.t, .5)-b50)/float64(pct(wBwrap, .5)-b50))
+			fmt.Printf("| %s | %s | %s | %s | %s | %.2f |\n", v.name, benchkit.MS(benchkit.Pct(v.t, .5)), benchkit.MS(benchkit.Pct(v.t, .9)), benchkit.MS(benchkit.Pct(v.t, .99)),
+				benchkit.MS(benchkit.Pct(v.t, .5)-b50), float64(benchkit.Pct(v.t, .5)-b50)/float64(benchkit.Pct(wBwrap, .5)-b50))
 		}
 		fmt.Println()
 		rows, err := breakdown(state, warmCalls, d.served)
-		must(err)
+		benchkit.Must(err)
 		printBreakdown(rows, wBerm)
 		return
 	}
 	cBare, cBwrap, cBerm := interleaved(dCold, "cold")
-	dCold.stop()
+	dCold.Stop()
 
 	d := startDaemon(bermd, state, sock)
-	defer d.stop()
+	defer d.Stop()
 	wBare, wBwrap, wBerm := interleaved(d, "warm")
 	// Back to back: each launch right after the last, refills competing with launches.
 	var wBack []time.Duration
@@ -192,12 +146,12 @@ func main() {
 	// what the daemon path costs without a berm process per call. Interleaved with its own
 	// bare execs, on a settled bermd.
 	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	must(err)
+	benchkit.Must(err)
 	var sBare, sSDK []time.Duration
 	for i := 0; i < *n; i++ {
-		d.settle()
+		d.Settle()
 		sBare = append(sBare, timeRun("/bin/true"))
-		d.settle()
+		d.Settle()
 		req := &callproto.Request{
 			CallID: fmt.Sprintf("sdk-%d-%d", os.Getpid(), i), Tool: "bench", Tenant: "default",
 			Argv: []string{"/bin/true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"},
@@ -209,17 +163,17 @@ func main() {
 		if err == nil && rep.Record == nil {
 			err = fmt.Errorf("%s", rep.Error)
 		}
-		must(err)
+		benchkit.Must(err)
 	}
-	warmN, coldN := d.metric("berm_sandbox_launches_warm_total"), d.metric("berm_sandbox_launches_cold_total")
+	warmN, coldN := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
 
 	var outside, inside, traced []float64
 	for i := 0; i < *rounds; i++ {
-		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(loops)), 64)
+		v, _ := strconv.ParseFloat(benchkit.Output(sysloop, strconv.Itoa(loops)), 64)
 		outside = append(outside, v)
-		v, _ = strconv.ParseFloat(output(berm, append(run("--"), "./sysloop", strconv.Itoa(loops))...), 64)
+		v, _ = strconv.ParseFloat(benchkit.Output(berm, append(run("--"), "./sysloop", strconv.Itoa(loops))...), 64)
 		inside = append(inside, v)
-		v, _ = strconv.ParseFloat(output(berm, append(run("--trace-syscall", "getppid", "--"), "./sysloop", strconv.Itoa(tracedCalls))...), 64)
+		v, _ = strconv.ParseFloat(benchkit.Output(berm, append(run("--trace-syscall", "getppid", "--"), "./sysloop", strconv.Itoa(tracedCalls))...), 64)
 		traced = append(traced, v)
 	}
 	var calls []struct {
@@ -229,7 +183,7 @@ func main() {
 			Argv    []string                      `json:"argv"`
 		}
 	}
-	must(json.Unmarshal([]byte(output(berm, "calls", "--state-dir", state, "--json")), &calls))
+	benchkit.Must(json.Unmarshal([]byte(benchkit.Output(berm, "calls", "--state-dir", state, "--json")), &calls))
 	var auditedEvents, auditedDropped uint64
 	for _, c := range calls {
 		if c.Record != nil && len(c.Record.Argv) == 2 && c.Record.Argv[1] == strconv.Itoa(tracedCalls) {
@@ -246,49 +200,49 @@ func main() {
 	fmt.Println("| variant | p50 | p99 | p50 overhead over bare exec | overhead / bwrap's |")
 	fmt.Println("|---|---|---|---|---|")
 	row := func(name string, bare, bw, v []time.Duration) float64 {
-		b50 := pct(bare, .5)
-		ratio := float64(pct(v, .5)-b50) / float64(pct(bw, .5)-b50)
-		fmt.Printf("| %s | %s | %s | %s | %.2f |\n", name, ms(pct(v, .5)), ms(pct(v, .99)), ms(pct(v, .5)-b50), ratio)
+		b50 := benchkit.Pct(bare, .5)
+		ratio := float64(benchkit.Pct(v, .5)-b50) / float64(benchkit.Pct(bw, .5)-b50)
+		fmt.Printf("| %s | %s | %s | %s | %.2f |\n", name, benchkit.MS(benchkit.Pct(v, .5)), benchkit.MS(benchkit.Pct(v, .99)), benchkit.MS(benchkit.Pct(v, .5)-b50), ratio)
 		return ratio
 	}
-	fmt.Printf("| bare exec /bin/true (warm run) | %s | %s | - | - |\n", ms(pct(wBare, .5)), ms(pct(wBare, .99)))
+	fmt.Printf("| bare exec /bin/true (warm run) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(wBare, .5)), benchkit.MS(benchkit.Pct(wBare, .99)))
 	row("bwrap --unshare-all /bin/true (warm run)", wBare, wBwrap, wBwrap)
 	warmRatio := row("**berm run, warm sandbox**", wBare, wBwrap, wBerm)
-	fmt.Printf("| bare exec /bin/true (cold run) | %s | %s | - | - |\n", ms(pct(cBare, .5)), ms(pct(cBare, .99)))
+	fmt.Printf("| bare exec /bin/true (cold run) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(cBare, .5)), benchkit.MS(benchkit.Pct(cBare, .99)))
 	row("bwrap --unshare-all /bin/true (cold run)", cBare, cBwrap, cBwrap)
 	coldRatio := row("berm run, cold sandbox", cBare, cBwrap, cBerm)
-	fmt.Printf("| berm run, back to back (no wait for the refill) | %s | %s | - | - |\n", ms(pct(wBack, .5)), ms(pct(wBack, .99)))
-	fmt.Printf("| bare exec /bin/true (protocol run) | %s | %s | - | - |\n", ms(pct(sBare, .5)), ms(pct(sBare, .99)))
+	fmt.Printf("| berm run, back to back (no wait for the refill) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(wBack, .5)), benchkit.MS(benchkit.Pct(wBack, .99)))
+	fmt.Printf("| bare exec /bin/true (protocol run) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(sBare, .5)), benchkit.MS(benchkit.Pct(sBare, .99)))
 	fmt.Printf("| the same call through bermd's protocol from a running process, warm | %s | %s | %s | %.2f (against the warm run's bwrap) |\n",
-		ms(pct(sSDK, .5)), ms(pct(sSDK, .99)), ms(pct(sSDK, .5)-pct(sBare, .5)),
-		float64(pct(sSDK, .5)-pct(sBare, .5))/float64(pct(wBwrap, .5)-pct(wBare, .5)))
+		benchkit.MS(benchkit.Pct(sSDK, .5)), benchkit.MS(benchkit.Pct(sSDK, .99)), benchkit.MS(benchkit.Pct(sSDK, .5)-benchkit.Pct(sBare, .5)),
+		float64(benchkit.Pct(sSDK, .5)-benchkit.Pct(sBare, .5))/float64(benchkit.Pct(wBwrap, .5)-benchkit.Pct(wBare, .5)))
 	fmt.Printf("\nberm overhead / bwrap overhead (p50): warm **%.2f** (target <= 1.0, moonshot 0.5), cold **%.2f**; bermd launched %.0f calls warm and %.0f cold in the warm runs\n\n",
 		warmRatio, coldRatio, warmN, coldN)
 	rows, err := breakdown(state, warmCalls, d.served)
-	must(err)
+	benchkit.Must(err)
 	printBreakdown(rows, wBerm)
 	onDemand(berm, work, ws, basePol, wBerm)
 
 	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)
 	fmt.Println("| where | ns per syscall | over no agent |")
 	fmt.Println("|---|---|---|")
-	mb := median(bare)
+	mb := benchkit.Median(bare)
 	for _, r := range []struct {
 		name string
 		v    float64
 	}{
 		{"no agent loaded", mb},
-		{"outside any sandbox, agent loaded", median(outside)},
-		{"inside a traced call (counted in the kernel)", median(inside)},
-		{"inside a traced call, every syscall an event (fully audited)", median(traced)},
+		{"outside any sandbox, agent loaded", benchkit.Median(outside)},
+		{"inside a traced call (counted in the kernel)", benchkit.Median(inside)},
+		{"inside a traced call, every syscall an event (fully audited)", benchkit.Median(traced)},
 	} {
 		fmt.Printf("| %s | %.0f | %+.0f |\n", r.name, r.v, r.v-mb)
 	}
 	fmt.Printf("\nfully audited per-syscall overhead = **%.2f us** (target <= 1 us); those calls recorded %d events and dropped %d (counted per call)\n",
-		(median(traced)-mb)/1000, auditedEvents, auditedDropped)
+		(benchkit.Median(traced)-mb)/1000, auditedEvents, auditedDropped)
 
 	// Per-open and per-connect cost with a 100-rule policy against a small one, in one run.
-	closed := freePort()
+	closed := benchkit.FreePort()
 	fsSmall, fs100 := writePolicy(work, "fs-small", 0, 0), writePolicy(work, "fs-100", 100, 0)
 	netSmall, net100 := writePolicy(work, "net-1", 0, 1), writePolicy(work, "net-100", 0, 100)
 	const opens, connects = 200_000, 20_000
@@ -296,15 +250,15 @@ func main() {
 	var oHost, oSmall, o100, cHost, cSmall, c100 []float64
 	in := func(pol string, args ...string) float64 {
 		a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--policy", pol, "--", "./sysloop"}
-		v, _ := strconv.ParseFloat(output(berm, append(a, args...)...), 64)
+		v, _ := strconv.ParseFloat(benchkit.Output(berm, append(a, args...)...), 64)
 		return v
 	}
 	for i := 0; i < *rounds; i++ {
-		v, _ := strconv.ParseFloat(output(sysloop, strconv.Itoa(opens), "open", "/etc/hostname"), 64)
+		v, _ := strconv.ParseFloat(benchkit.Output(sysloop, strconv.Itoa(opens), "open", "/etc/hostname"), 64)
 		oHost = append(oHost, v)
 		oSmall = append(oSmall, in(fsSmall, strconv.Itoa(opens), "open", "/etc/hostname"))
 		o100 = append(o100, in(fs100, strconv.Itoa(opens), "open", "/etc/hostname"))
-		v, _ = strconv.ParseFloat(output(sysloop, strconv.Itoa(connects), "connect", target), 64)
+		v, _ = strconv.ParseFloat(benchkit.Output(sysloop, strconv.Itoa(connects), "connect", target), 64)
 		cHost = append(cHost, v)
 		cSmall = append(cSmall, in(netSmall, strconv.Itoa(connects), "connect", target))
 		c100 = append(c100, in(net100, strconv.Itoa(connects), "connect", target))
@@ -313,76 +267,27 @@ func main() {
 	fmt.Println("| operation | outside berm | berm, small policy | berm, 100-rule policy | 100 rules over small |")
 	fmt.Println("|---|---|---|---|---|")
 	fmt.Printf("| open+close /etc/hostname (Landlock: %s) | %.0f ns | %.0f ns | %.0f ns | %+.0f ns |\n", "5 vs 105 path rules",
-		median(oHost), median(oSmall), median(o100), median(o100)-median(oSmall))
+		benchkit.Median(oHost), benchkit.Median(oSmall), benchkit.Median(o100), benchkit.Median(o100)-benchkit.Median(oSmall))
 	fmt.Printf("| TCP connect to a closed loopback port (cgroup hooks: 1 vs 100 egress rules) | %.0f ns | %.0f ns | %.0f ns | %+.0f ns |\n",
-		median(cHost), median(cSmall), median(c100), median(c100)-median(cSmall))
+		benchkit.Median(cHost), benchkit.Median(cSmall), benchkit.Median(c100), benchkit.Median(c100)-benchkit.Median(cSmall))
 	fmt.Println()
 	if *soakN > 0 {
-		d.stop()
+		d.Stop()
 		soak(bermd, berm, ws, basePol, *soakN, *n, *soakLimit, *soakProfile)
 	}
 }
 
-// daemon is a bermd run for the benchmark, with metrics on a free port (to see it settle) and
-// its debug log read for the times of each call's phases.
+// daemon is a bermd run for the benchmark (benchkit's, with metrics on a free port to see it
+// settle), its debug log read for the times of each call's phases.
 type daemon struct {
-	cmd     *exec.Cmd
-	sock    string
-	metrics string
-	served  *served
+	*benchkit.Daemon
+	served *served
 }
 
 func startDaemon(bermd, state, sock string, extra ...string) *daemon {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort())
-	args := append([]string{"--state-dir", state, "--socket", sock, "--metrics", addr, "--no-rules", "--log-level", "debug"}, extra...)
-	d := &daemon{cmd: exec.Command(bermd, args...), sock: sock, metrics: addr, served: &served{calls: map[string]servedTimes{}}}
-	logs, err := d.cmd.StderrPipe()
-	must(err)
-	must(d.cmd.Start())
-	go d.served.follow(logs)
-	cleanups = append(cleanups, d.stop)
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if i > 400 {
-			must(fmt.Errorf("bermd did not start"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return d
-}
-
-func (d *daemon) stop() {
-	if d.cmd.ProcessState == nil {
-		d.cmd.Process.Signal(os.Interrupt)
-		d.cmd.Wait()
-	}
-}
-
-func (d *daemon) metric(name string) float64 {
-	v, err := promscrape.Value(d.metrics, name)
-	must(err)
-	return v
-}
-
-// settle waits until bermd starts no sandbox (and, when it keeps any, has one ready).
-func (d *daemon) settle() {
-	for i := 0; i < 5000; i++ {
-		if d.metric("berm_sandboxes_starting") == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	must(fmt.Errorf("bermd did not settle"))
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	must(err)
-	p := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return p
+	sv := &served{calls: map[string]servedTimes{}}
+	d := benchkit.StartDaemonLog(bermd, state, sock, sv.follow, append([]string{"--log-level", "debug"}, extra...)...)
+	return &daemon{Daemon: d, served: sv}
 }
 
 // writePolicy writes a bench policy: exec from the workspace allowed (the workload lives
@@ -395,7 +300,7 @@ func writePolicy(dir, name string, extraRead, netRules int) string {
 	b.WriteString("  filesystem:\n    read: [/bin, /lib, /lib64, /usr/bin, /usr/lib, /usr/lib64, /usr/sbin, /etc")
 	if extraRead > 0 {
 		ents, err := os.ReadDir("/usr/share")
-		must(err)
+		benchkit.Must(err)
 		n := 0
 		for _, e := range ents {
 			if e.IsDir() && n < extraRead {
@@ -413,6 +318,6 @@ func writePolicy(dir, name string, extraRead, netRules int) string {
 		b.WriteString("      - {cidr: 127.0.0.1/32, ports: [1-65535], protocol: tcp}\n")
 	}
 	path := filepath.Join(dir, name+".yaml")
-	must(os.WriteFile(path, []byte(b.String()), 0o644))
+	benchkit.Must(os.WriteFile(path, []byte(b.String()), 0o644))
 	return path
 }

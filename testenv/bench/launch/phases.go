@@ -13,6 +13,7 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
 
 // served are the times bermd logged for each call it served (its debug line "call served").
@@ -165,8 +166,8 @@ func printBreakdown(rows [][]time.Duration, total []time.Duration) {
 		for i, r := range rows {
 			col[i] = r[j]
 		}
-		sum += pct(col, .5)
-		fmt.Printf("| %s | %s | %s |\n", name, ms(pct(col, .5)), ms(pct(col, .9)))
+		sum += benchkit.Pct(col, .5)
+		fmt.Printf("| %s | %s | %s |\n", name, benchkit.MS(benchkit.Pct(col, .5)), benchkit.MS(benchkit.Pct(col, .9)))
 	}
-	fmt.Printf("| sum of the p50s (the launch's p50: %s) | %s | |\n\n", ms(pct(total, .5)), ms(sum))
+	fmt.Printf("| sum of the p50s (the launch's p50: %s) | %s | |\n\n", benchkit.MS(benchkit.Pct(total, .5)), benchkit.MS(sum))
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
 )
 
 // soak runs total calls through one bermd, floods among them (a call that makes 100k failed
@@ -21,20 +23,20 @@ import (
 // down (its signals), so its figures are then not the fresh one's peers.
 func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profile string) {
 	dir, err := os.MkdirTemp("/var/tmp", "berm-soak.")
-	must(err)
-	cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+	benchkit.Must(err)
+	benchkit.OnExit(func() { os.RemoveAll(dir) })
 	defer os.RemoveAll(dir)
 	dS := startDaemon(bermd, filepath.Join(dir, "soaked"), filepath.Join(dir, "soaked.sock"), "--pprof")
-	defer dS.stop()
+	defer dS.Stop()
 	call := func(d *daemon, extra ...string) []string {
-		return append([]string{"run", "--socket", d.sock, "--daemon", "required", "--workspace", ws, "--policy", pol}, extra...)
+		return append([]string{"run", "--socket", d.Socket, "--daemon", "required", "--workspace", ws, "--policy", pol}, extra...)
 	}
 	// A flood ends with its cap (a non-zero status): only berm's own failure (1) is an error.
 	flood := func(d *daemon, args ...string) {
 		cmd := exec.Command(berm, call(d, args...)...)
 		out, err := cmd.CombinedOutput()
 		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() == 1 {
-			must(fmt.Errorf("flood %v: %v: %s", args, err, out))
+			benchkit.Must(fmt.Errorf("flood %v: %v: %s", args, err, out))
 		}
 	}
 	floods := []struct {
@@ -56,7 +58,7 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profil
 		}
 		t := make([]time.Duration, 0, m)
 		for i := 0; i < m; i++ {
-			d.settle()
+			d.Settle()
 			t = append(t, timeRun(berm, call(d, "--", "/bin/true")...))
 		}
 		prof.Wait()
@@ -95,27 +97,27 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profil
 	}
 	wg.Wait()
 	took := time.Since(start)
-	rssS, gorS := dS.metric("process_resident_memory_bytes"), dS.metric("go_goroutines")
+	rssS, gorS := dS.Metric("process_resident_memory_bytes"), dS.Metric("go_goroutines")
 	after := alone(dS, suffix("after"))
 
 	// Both at once, interleaved: the same moment's noise for both. Two agents loaded make
 	// every syscall of the machine run both sets of tracepoints, so these are slower than
 	// either alone.
 	dF := startDaemon(bermd, filepath.Join(dir, "fresh"), filepath.Join(dir, "fresh.sock"))
-	defer dF.stop()
+	defer dF.Stop()
 	var tS, tF []time.Duration
 	for i := 0; i < m; i++ {
-		dS.settle()
+		dS.Settle()
 		tS = append(tS, timeRun(berm, call(dS, "--", "/bin/true")...))
-		dF.settle()
+		dF.Settle()
 		tF = append(tF, timeRun(berm, call(dF, "--", "/bin/true")...))
 	}
-	dS.stop()
+	dS.Stop()
 	fresh := alone(dF, "")
-	rssF, gorF := dF.metric("process_resident_memory_bytes"), dF.metric("go_goroutines")
+	rssF, gorF := dF.Metric("process_resident_memory_bytes"), dF.Metric("go_goroutines")
 	journal := dirSize(filepath.Join(dir, "soaked", "journal"))
 
-	ratio := float64(pct(after, .5)) / float64(pct(fresh, .5))
+	ratio := float64(benchkit.Pct(after, .5)) / float64(benchkit.Pct(fresh, .5))
 	fmt.Printf("## Latency after a soak (%d calls, %d of them floods, in %s)\n\n", done.Load(), flooded.Load(), took.Round(time.Second))
 	fmt.Printf("One bermd runs %d calls of `berm run -- /bin/true` (%d tenants in turn) from 2 callers at once, and every 500th a\n", total, soakTenants)
 	fmt.Println("flood in turn: " + floods[0].name + "; " + floods[1].name + "; " + floods[2].name + ".")
@@ -127,13 +129,13 @@ func soak(bermd, berm, ws, pol string, total, m int, limit time.Duration, profil
 	}
 	fmt.Println("| bermd | p50 | p99 | RSS | goroutines |")
 	fmt.Println("|---|---|---|---|---|")
-	fmt.Printf("| soaked, before the soak, alone | %s | %s | - | - |\n", ms(pct(before, .5)), ms(pct(before, .99)))
-	fmt.Printf("| **soaked, after the soak, alone** (journal %.0f MB) | %s | %s | %.0f MB | %.0f |\n", float64(journal)/1e6, ms(pct(after, .5)), ms(pct(after, .99)), rssS/1e6, gorS)
-	fmt.Printf("| **fresh, alone** | %s | %s | %.0f MB | %.0f |\n", ms(pct(fresh, .5)), ms(pct(fresh, .99)), rssF/1e6, gorF)
-	fmt.Printf("| soaked, interleaved with the fresh one | %s | %s | - | - |\n", ms(pct(tS, .5)), ms(pct(tS, .99)))
-	fmt.Printf("| fresh, interleaved with the soaked one | %s | %s | - | - |\n", ms(pct(tF, .5)), ms(pct(tF, .99)))
+	fmt.Printf("| soaked, before the soak, alone | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(before, .5)), benchkit.MS(benchkit.Pct(before, .99)))
+	fmt.Printf("| **soaked, after the soak, alone** (journal %.0f MB) | %s | %s | %.0f MB | %.0f |\n", float64(journal)/1e6, benchkit.MS(benchkit.Pct(after, .5)), benchkit.MS(benchkit.Pct(after, .99)), rssS/1e6, gorS)
+	fmt.Printf("| **fresh, alone** | %s | %s | %.0f MB | %.0f |\n", benchkit.MS(benchkit.Pct(fresh, .5)), benchkit.MS(benchkit.Pct(fresh, .99)), rssF/1e6, gorF)
+	fmt.Printf("| soaked, interleaved with the fresh one | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(tS, .5)), benchkit.MS(benchkit.Pct(tS, .99)))
+	fmt.Printf("| fresh, interleaved with the soaked one | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(tF, .5)), benchkit.MS(benchkit.Pct(tF, .99)))
 	fmt.Printf("\nsoaked / fresh launch latency (p50, each alone): **%.2f** (target <= 1.2); interleaved: %.2f\n\n",
-		ratio, float64(pct(tS, .5))/float64(pct(tF, .5)))
+		ratio, float64(benchkit.Pct(tS, .5))/float64(benchkit.Pct(tF, .5)))
 }
 
 // soakTenants are the tenants the soak's calls rotate over.
@@ -152,7 +154,7 @@ func dirSize(dir string) int64 {
 
 // cpuProfile saves a CPU profile of the bermd (started with --pprof) taken over d.
 func (d *daemon) cpuProfile(path string, dur time.Duration) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.metrics, int(dur.Seconds())))
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.Metrics, int(dur.Seconds())))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: cpu profile:", err)
 		return

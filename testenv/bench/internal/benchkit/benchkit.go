@@ -6,6 +6,7 @@ package benchkit
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -89,11 +90,27 @@ type Daemon struct {
 
 // StartDaemon starts bermd and waits for its socket.
 func StartDaemon(bermd, state, sock string, extra ...string) *Daemon {
+	return StartDaemonLog(bermd, state, sock, nil, extra...)
+}
+
+// StartDaemonLog starts bermd as StartDaemon does, with its stderr (its log) read by follow
+// instead of passed on; nil passes it on.
+func StartDaemonLog(bermd, state, sock string, follow func(io.Reader), extra ...string) *Daemon {
 	addr := fmt.Sprintf("127.0.0.1:%d", FreePort())
 	args := append([]string{"--state-dir", state, "--socket", sock, "--metrics", addr, "--no-rules"}, extra...)
 	d := &Daemon{Cmd: exec.Command(bermd, args...), State: state, Socket: sock, Metrics: addr}
-	d.Cmd.Stderr = os.Stderr
+	var logs io.Reader
+	if follow == nil {
+		d.Cmd.Stderr = os.Stderr
+	} else {
+		pipe, err := d.Cmd.StderrPipe()
+		Must(err)
+		logs = pipe
+	}
 	Must(d.Cmd.Start())
+	if follow != nil {
+		go follow(logs)
+	}
 	OnExit(d.Stop)
 	for i := 0; ; i++ {
 		if _, err := os.Stat(sock); err == nil {
