@@ -1,0 +1,169 @@
+package journal
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// FuzzScan: a journal torn or written by a hostile hand (two segments of arbitrary bytes, a
+// resume position from a cursor file) never panics the reader or makes it loop: every record
+// it delivers is one valid frame (appendFrame makes the same bytes), in order, inside its
+// segment; what it cannot read it reports as a Problem at that place, never silently; a scan
+// from where the last ended delivers nothing twice; and a writer that appends after a torn
+// newest segment leaves a journal whose newest segment reads to its end.
+func FuzzScan(f *testing.F) {
+	rec := func(t RecordType, p string) []byte { return appendFrame(nil, t, []byte(p)) }
+	one := rec(TypeCallStart, `{"call_id":"a"}`)
+	two := append(rec(TypeEvents, `[{"kind":"exec"}]`), rec(TypeCallEnd, `{"call_id":"a"}`)...)
+	flip := bytes.Clone(two)
+	flip[12] ^= 1
+	huge := bytes.Clone(one)
+	huge[3] = 0xff // a length past MaxRecord
+	zero := bytes.Clone(one)
+	copy(zero, []byte{0, 0, 0, 0})
+	badType := appendFrame(nil, 9, []byte("x"))
+	for _, s := range []struct {
+		a, b []byte
+		seg  uint8
+		off  int64
+	}{
+		{one, two, 0, 0},
+		{append(bytes.Clone(one), two[:11]...), nil, 0, 0}, // torn tail, only segment
+		{append(bytes.Clone(one), two[:11]...), two, 1, 0}, // torn tail of an older segment
+		{flip, one, 0, 0},
+		{huge, zero, 0, 0},
+		{badType, one, 0, 0},
+		{one, two, 1, int64(len(one))},
+		{one, two, 1, int64(len(one)) + 1000}, // a cursor past the segment's end
+		{one, two, 1, -5},                     // a cursor before its start
+		{one, two, 2, int64(len(two)) + 1},    // past the newest segment's end
+		{one, two, 1, 3},                      // inside a record
+		{nil, nil, 0, 0},
+		{make([]byte, headerSize), nil, 0, 0},
+	} {
+		f.Add(s.a, s.b, s.seg, s.off)
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte, fromSeg uint8, fromOff int64) {
+		dir := t.TempDir()
+		segs := map[uint64][]byte{1: a, 2: b}
+		for seg, data := range segs {
+			if err := os.WriteFile(segmentPath(dir, seg), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		from := Position{uint64(fromSeg % 4), fromOff}
+		var got []Record
+		res, err := Scan(dir, from, func(r Record) error {
+			r.Payload = bytes.Clone(r.Payload)
+			got = append(got, r)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		checkScan(t, segs, from, got, res)
+
+		// Resuming where it ended delivers nothing already delivered.
+		res2, err := Scan(dir, res.End, func(r Record) error {
+			for _, g := range got {
+				if g.Pos == r.Pos {
+					t.Fatalf("record at %v delivered again by the scan resumed at %v", r.Pos, res.End)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("resumed scan: %v", err)
+		}
+		if res2.End.Less(res.End) {
+			t.Fatalf("resumed scan at %v ended before it, at %v", res.End, res2.End)
+		}
+
+		// A writer cuts the newest segment's torn tail and appends after what is valid.
+		defer func(n int64) { ReserveBytes = n }(ReserveBytes)
+		ReserveBytes = 4096
+		w, err := OpenWriter(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Append(TypeCallEnd, []byte(`{"fuzz":1}`), false); err != nil {
+			t.Fatalf("append after hostile bytes: %v", err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var last Record
+		res3, err := Scan(dir, Position{2, 0}, func(r Record) error {
+			last = r
+			last.Payload = bytes.Clone(r.Payload)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res3.Problems) != 0 || last.Type != TypeCallEnd || string(last.Payload) != `{"fuzz":1}` {
+			t.Fatalf("after the writer's append the newest segment reads with problems %v, last record %v %q", res3.Problems, last.Type, last.Payload)
+		}
+	})
+}
+
+// checkScan is the reader's contract over the segments it read.
+func checkScan(t *testing.T, segs map[uint64][]byte, from Position, got []Record, res ScanResult) {
+	t.Helper()
+	for i, r := range got {
+		data := segs[r.Pos.Segment]
+		if r.Pos.Segment != r.Next.Segment || r.Pos.Offset < 0 || r.Next.Offset <= r.Pos.Offset || r.Next.Offset > int64(len(data)) {
+			t.Fatalf("record %d spans %v to %v, outside its segment of %d bytes", i, r.Pos, r.Next, len(data))
+		}
+		if r.Pos.Less(from) {
+			t.Fatalf("record at %v, before the scan's start %v", r.Pos, from)
+		}
+		if frame := appendFrame(nil, r.Type, r.Payload); !bytes.Equal(frame, data[r.Pos.Offset:r.Next.Offset]) {
+			t.Fatalf("record at %v is not the frame of its bytes", r.Pos)
+		}
+		if i > 0 && !got[i-1].Pos.Less(r.Pos) {
+			t.Fatalf("record at %v after %v: out of order", r.Pos, got[i-1].Pos)
+		}
+		// Within a segment, records follow each other: nothing between them is skipped
+		// without a Problem (a scan stops at its first problem in a segment).
+		if i > 0 && got[i-1].Next.Segment == r.Pos.Segment && got[i-1].Next != r.Pos {
+			t.Fatalf("bytes from %v to %v skipped", got[i-1].Next, r.Pos)
+		}
+	}
+	// Every segment read from a place that is not its end either reached its end or says why.
+	for seg := uint64(1); seg <= 2; seg++ {
+		if seg < from.Segment {
+			continue
+		}
+		start := int64(0)
+		if seg == from.Segment {
+			start = from.Offset
+		}
+		end := start
+		for _, r := range got {
+			if r.Pos.Segment == seg {
+				end = r.Next.Offset
+			}
+		}
+		if end == int64(len(segs[seg])) {
+			continue
+		}
+		reported := false
+		for _, p := range res.Problems {
+			reported = reported || p.Pos.Segment == seg
+			if p.Reason == "" {
+				t.Fatalf("problem at %v without a reason", p.Pos)
+			}
+		}
+		if !reported {
+			t.Fatalf("segment %d of %d bytes read from %d to %d, and no problem reported (%v)", seg, len(segs[seg]), start, end, res.Problems)
+		}
+	}
+	// The end is a place a scan can resume from: inside a segment that exists, at most its end.
+	if res.End.Segment != 0 || len(got) > 0 {
+		if data, ok := segs[res.End.Segment]; ok && (res.End.Offset < 0 || res.End.Offset > int64(len(data))) && len(res.Problems) == 0 {
+			t.Fatalf("scan ends at %v, outside a segment of %d bytes, and reports no problem", res.End, len(data))
+		}
+	}
+}
