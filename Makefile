@@ -83,5 +83,18 @@ bench: deps build
 corpus: build
 	$(GO) run ./testenv/corpus -berm $(BIN)/berm -out .corpus -summary .corpus/summary.md
 
+# Every fuzz test where hostile bytes enter, one after another, each for FUZZTIME (a crash is
+# kept in the package's testdata/fuzz/; testenv/fuzz/README.md). `go test` replays the seeds.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := sandboxer/callproto:FuzzReadInvocation sandboxer/callproto:FuzzDecodeRequest \
+	agent/policy:FuzzParse rules:FuzzLoad agent/journal:FuzzScan agent/journal:FuzzAppendAfterTornTail \
+	agent/dnsguard:FuzzQuery agent/dnsguard:FuzzAnswer
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in ./$${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./$${t%%:*}; \
+	done
+
 clean:
 	rm -rf $(BIN) .bench .corpus

@@ -9,39 +9,10 @@ import (
 // FuzzScan: a journal torn or written by a hostile hand (two segments of arbitrary bytes, a
 // resume position from a cursor file) never panics the reader or makes it loop: every record
 // it delivers is one valid frame (appendFrame makes the same bytes), in order, inside its
-// segment; what it cannot read it reports as a Problem at that place, never silently; a scan
-// from where the last ended delivers nothing twice; and a writer that appends after a torn
-// newest segment leaves a journal whose newest segment reads to its end.
+// segment; what it cannot read it reports as a Problem at that place, never silently; and a
+// scan from where the last ended delivers nothing twice.
 func FuzzScan(f *testing.F) {
-	rec := func(t RecordType, p string) []byte { return appendFrame(nil, t, []byte(p)) }
-	one := rec(TypeCallStart, `{"call_id":"a"}`)
-	two := append(rec(TypeEvents, `[{"kind":"exec"}]`), rec(TypeCallEnd, `{"call_id":"a"}`)...)
-	flip := bytes.Clone(two)
-	flip[12] ^= 1
-	huge := bytes.Clone(one)
-	huge[3] = 0xff // a length past MaxRecord
-	zero := bytes.Clone(one)
-	copy(zero, []byte{0, 0, 0, 0})
-	badType := appendFrame(nil, 9, []byte("x"))
-	for _, s := range []struct {
-		a, b []byte
-		seg  uint8
-		off  int64
-	}{
-		{one, two, 0, 0},
-		{append(bytes.Clone(one), two[:11]...), nil, 0, 0}, // torn tail, only segment
-		{append(bytes.Clone(one), two[:11]...), two, 1, 0}, // torn tail of an older segment
-		{flip, one, 0, 0},
-		{huge, zero, 0, 0},
-		{badType, one, 0, 0},
-		{one, two, 1, int64(len(one))},
-		{one, two, 1, int64(len(one)) + 1000}, // a cursor past the segment's end
-		{one, two, 1, -5},                     // a cursor before its start
-		{one, two, 2, int64(len(two)) + 1},    // past the newest segment's end
-		{one, two, 1, 3},                      // inside a record
-		{nil, nil, 0, 0},
-		{make([]byte, headerSize), nil, 0, 0},
-	} {
+	for _, s := range scanSeeds() {
 		f.Add(s.a, s.b, s.seg, s.off)
 	}
 	f.Fuzz(func(t *testing.T, a, b []byte, fromSeg uint8, fromOff int64) {
@@ -78,32 +49,6 @@ func FuzzScan(f *testing.F) {
 		}
 		if res2.End.Less(res.End) {
 			t.Fatalf("resumed scan at %v ended before it, at %v", res.End, res2.End)
-		}
-
-		// A writer cuts the newest segment's torn tail and appends after what is valid.
-		defer func(n int64) { ReserveBytes = n }(ReserveBytes)
-		ReserveBytes = 4096
-		w, err := OpenWriter(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Append(TypeCallEnd, []byte(`{"fuzz":1}`), false); err != nil {
-			t.Fatalf("append after hostile bytes: %v", err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		var last Record
-		res3, err := Scan(dir, Position{2, 0}, func(r Record) error {
-			last = r
-			last.Payload = bytes.Clone(r.Payload)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res3.Problems) != 0 || last.Type != TypeCallEnd || string(last.Payload) != `{"fuzz":1}` {
-			t.Fatalf("after the writer's append the newest segment reads with problems %v, last record %v %q", res3.Problems, last.Type, last.Payload)
 		}
 	})
 }
@@ -166,4 +111,96 @@ func checkScan(t *testing.T, segs map[uint64][]byte, from Position, got []Record
 			t.Fatalf("scan ends at %v, outside a segment of %d bytes, and reports no problem", res.End, len(data))
 		}
 	}
+}
+
+type scanSeed struct {
+	a, b []byte
+	seg  uint8
+	off  int64
+}
+
+// scanSeeds are two segments and a resume position: valid, torn, corrupt, and positions no
+// scan gave (the last three made Scan panic or never leave the segment before it was fixed).
+func scanSeeds() []scanSeed {
+	rec := func(t RecordType, p string) []byte { return appendFrame(nil, t, []byte(p)) }
+	one := rec(TypeCallStart, `{"call_id":"a"}`)
+	two := append(rec(TypeEvents, `[{"kind":"exec"}]`), rec(TypeCallEnd, `{"call_id":"a"}`)...)
+	flip := bytes.Clone(two)
+	flip[12] ^= 1
+	huge := bytes.Clone(one)
+	huge[3] = 0xff // a length past MaxRecord
+	zero := bytes.Clone(one)
+	copy(zero, []byte{0, 0, 0, 0})
+	badType := appendFrame(nil, 9, []byte("x"))
+	return []scanSeed{
+		{one, two, 0, 0},
+		{append(bytes.Clone(one), two[:11]...), nil, 0, 0}, // torn tail, only segment
+		{append(bytes.Clone(one), two[:11]...), two, 1, 0}, // torn tail of an older segment
+		{flip, one, 0, 0},
+		{huge, zero, 0, 0},
+		{badType, one, 0, 0},
+		{one, two, 1, int64(len(one))},
+		{one, two, 1, int64(len(one)) + 1000}, // a cursor past the segment's end
+		{one, two, 1, -5},                     // a cursor before its start
+		{one, two, 2, int64(len(two)) + 1},    // past the newest segment's end
+		{one, two, 1, 3},                      // inside a record
+		{nil, nil, 0, 0},
+		{make([]byte, headerSize), nil, 0, 0},
+	}
+}
+
+// FuzzAppendAfterTornTail: a writer opened over a newest segment of any bytes cuts what is
+// not valid and appends after the rest; the segment then reads to its end, the new record
+// last.
+func FuzzAppendAfterTornTail(f *testing.F) {
+	for _, s := range scanSeeds() {
+		f.Add(s.b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(segmentPath(dir, 2), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var before []Record
+		if _, err := Scan(dir, Position{}, func(r Record) error {
+			r.Payload = bytes.Clone(r.Payload)
+			before = append(before, r)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// The writer cuts the newest segment's torn tail and appends after what is valid.
+		defer func(n int64) { ReserveBytes = n }(ReserveBytes)
+		ReserveBytes = 4096
+		w, err := OpenWriter(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Append(TypeCallEnd, []byte(`{"fuzz":1}`), false); err != nil {
+			t.Fatalf("append after hostile bytes: %v", err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var after []Record
+		res, err := Scan(dir, Position{}, func(r Record) error {
+			r.Payload = bytes.Clone(r.Payload)
+			after = append(after, r)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Problems) != 0 || len(after) != len(before)+1 {
+			t.Fatalf("after the append: %d records (%d before), problems %v", len(after), len(before), res.Problems)
+		}
+		for i, r := range before {
+			if a := after[i]; a.Pos != r.Pos || a.Type != r.Type || !bytes.Equal(a.Payload, r.Payload) {
+				t.Fatalf("record %d at %v changed by the append: now %v at %v", i, r.Pos, a.Type, a.Pos)
+			}
+		}
+		if last := after[len(after)-1]; last.Type != TypeCallEnd || string(last.Payload) != `{"fuzz":1}` {
+			t.Fatalf("the last record is %v %q, not the one appended", last.Type, last.Payload)
+		}
+	})
 }
