@@ -71,7 +71,7 @@ func checkErrors(t *testing.T, name string, data []byte, err error) {
 	if !errors.As(err, &es) || len(es) == 0 {
 		t.Fatalf("error %T %q is not a list of located errors", err, err)
 	}
-	lines := strings.Count(string(data), "\n") + 1
+	lines := yamlLines(data)
 	for _, e := range es {
 		if e.File != name || e.Line < 1 || e.Col < 1 || e.Line > lines+1 {
 			t.Fatalf("error not located in the file of %d lines: %s:%d:%d: %s", lines, e.File, e.Line, e.Col, e.Msg)
@@ -86,4 +86,14 @@ func checkErrors(t *testing.T, name string, data []byte, err error) {
 			t.Fatalf("error %q is not UTF-8 though the file is", e.Error())
 		}
 	}
+}
+
+// yamlLines bounds the lines YAML counts in data: \n, \r, NEL, LS and PS each break a line
+// (\r\n counts twice here: a bound, not the count).
+func yamlLines(data []byte) int {
+	n := 1
+	for _, br := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+		n += strings.Count(string(data), br)
+	}
+	return n
 }

@@ -82,9 +82,12 @@ func refused(data []byte) (line, col int, ok bool) {
 		if r == utf8.RuneError && size <= 1 || !printable(r, i) {
 			return line, col, true
 		}
-		if r == '\n' {
-			line, col = line+1, 1
-		} else {
+		switch {
+		case r == '\r' && i+1 < len(data) && data[i+1] == '\n':
+			// one break, counted at its \n
+		case r == '\n' || r == '\r' || r == 0x85 || r == 0x2028 || r == 0x2029:
+			line, col = line+1, 1 // YAML's line breaks
+		default:
 			col++
 		}
 		i += size

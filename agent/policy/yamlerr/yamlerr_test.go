@@ -20,6 +20,7 @@ func TestSyntax(t *testing.T) {
 		{"tab on the first line", "\tb: 1\n", Pos{"f.yaml", 1, 1}, "found character that cannot start any token"},
 		{"control character", "a: 1\nb: x\x01\n", Pos{"f.yaml", 2, 5}, "control characters are not allowed"},
 		{"invalid UTF-8", "a: 1\nbé: \xff\xfe\n", Pos{"f.yaml", 2, 5}, "invalid leading UTF-8 octet"},
+		{"after CR line breaks", "a: 1\r\nb: 2\rc: \x02\n", Pos{"f.yaml", 3, 4}, "control characters are not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n yaml.Node
