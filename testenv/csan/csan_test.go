@@ -45,6 +45,7 @@ var (
 // reason, a failure under CI.
 func sanitized(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t, "a C compiler with AddressSanitizer and UndefinedBehaviorSanitizer, and the programs it builds")
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "berm-csan-")
 		if err != nil {
