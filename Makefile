@@ -87,7 +87,7 @@ corpus: build
 # kept in the package's testdata/fuzz/; testenv/fuzz/README.md). `go test` replays the seeds.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := sandboxer/callproto:FuzzReadInvocation sandboxer/callproto:FuzzDecodeRequest \
-	agent/policy:FuzzParse rules:FuzzLoad agent/journal:FuzzScan agent/journal:FuzzAppendAfterTornTail \
+	agent/policy:FuzzParse rules:FuzzLoad agent/journal:FuzzScan agent/journal:FuzzAppendAfterTornTail agent/journal:FuzzDecodeRecord \
 	agent/dnsguard:FuzzQuery agent/dnsguard:FuzzAnswer
 .PHONY: fuzz
 fuzz:

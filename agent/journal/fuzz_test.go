@@ -3,7 +3,10 @@ package journal
 import (
 	"bytes"
 	"os"
+	"strings"
 	"testing"
+
+	json "github.com/goccy/go-json"
 )
 
 // FuzzScan: a journal torn or written by a hostile hand (two segments of arbitrary bytes, a
@@ -201,6 +204,54 @@ func FuzzAppendAfterTornTail(f *testing.F) {
 		}
 		if last := after[len(after)-1]; last.Type != TypeCallEnd || string(last.Payload) != `{"fuzz":1}` {
 			t.Fatalf("the last record is %v %q, not the one appended", last.Type, last.Payload)
+		}
+	})
+}
+
+// FuzzDecodeRecord: a record's payload, whatever a valid frame carries (the CRC guards against
+// tearing, not against a hand that writes the journal): each decoder returns an error or a
+// value that survives its own encoding, never a panic (goccy/go-json reads these payloads).
+func FuzzDecodeRecord(f *testing.F) {
+	for _, seed := range []string{
+		`{"call_id":"a","tool":"t","tenant":"x","start":"2026-11-28T09:00:00Z","argv":["sh","-c","id"],"limits":{"wall_time_ns":5}}`,
+		`[{"kind":"exec","exec":{"filename":"/bin/sh","argv":["sh"]}},{"kind":"open","open":{"path":"/etc/shadow","result":-13,"errno":"EACCES"}}]`,
+		`{"call_id":"a","exit_status":1,"end_reason":"exit","syscalls":{"read":3},"counts":{"exec":1}}`,
+		`[{"kind":"dns","dns":{"name":"\u0000\ud800","answers":["1.2.3.4"]}}]`,
+		`{"start":"not a time"}`,
+		`[` + strings.Repeat(`{"kind":"exec","exec":{"argv":[`, 50),
+		`{"syscalls":{"a":1e400}}`,
+		`null`,
+		``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if s, err := DecodeCallStart(p); err == nil {
+			b, err := json.Marshal(s)
+			if err != nil {
+				t.Fatalf("a decoded call_start does not encode: %v", err)
+			}
+			if _, err := DecodeCallStart(b); err != nil {
+				t.Fatalf("a call_start's own encoding does not decode: %v\n%s", err, b)
+			}
+		}
+		if evs, err := DecodeEvents(p); err == nil {
+			b, err := json.Marshal(evs)
+			if err != nil {
+				t.Fatalf("decoded events do not encode: %v", err)
+			}
+			if _, err := DecodeEvents(b); err != nil {
+				t.Fatalf("events' own encoding does not decode: %v\n%s", err, b)
+			}
+		}
+		if r, err := DecodeCallEnd(p); err == nil {
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatalf("a decoded call_end does not encode: %v", err)
+			}
+			if _, err := DecodeCallEnd(b); err != nil {
+				t.Fatalf("a call_end's own encoding does not decode: %v\n%s", err, b)
+			}
 		}
 	})
 }
