@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -44,6 +46,13 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	root := f.TempDir()
+	for _, d := range []string{"ws", "tmp"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			f.Fatal(err)
+		}
+	}
+	env := CompileEnv{Workspace: filepath.Join(root, "ws"), Tmp: filepath.Join(root, "tmp"), LandlockABI: 6, MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const name = "fuzz.yaml"
 		p, err := Parse(name, data)
@@ -60,6 +69,28 @@ func FuzzParse(f *testing.F) {
 		}
 		if !reflect.DeepEqual(p.Spec, p2.Spec) || !reflect.DeepEqual(p.Metadata, p2.Metadata) {
 			t.Fatalf("the same bytes parsed to two policies:\n%+v\n%+v", p.Spec, p2.Spec)
+		}
+		// What parses compiles to a policy or to errors of this file, never a panic, and to
+		// the same hash twice.
+		c, err := p.Compile(env)
+		if err != nil {
+			var es Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("compile error %T %q is not a list of errors", err, err)
+			}
+			for _, e := range es {
+				if e.File != name || e.Msg == "" || e.Line < 0 || (e.Line > 0 && e.Col < 1) {
+					t.Fatalf("compile error not of this file: %s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+				}
+			}
+			return
+		}
+		c2, err := p2.Compile(env)
+		if err != nil {
+			t.Fatalf("compiled once, then failed: %v", err)
+		}
+		if c.Hash() != c2.Hash() {
+			t.Fatalf("one policy, two hashes: %s %s", c.Hash(), c2.Hash())
 		}
 	})
 }
