@@ -34,6 +34,12 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	}
 	qn := msg.Questions[0]
 	ev := &event.DNS{Name: policy.CanonicalName(string(qn.Name)), Type: typeName(qn.Type), Transport: transport}
+	if !plainQuestion(q, &msg) {
+		// the name judged would not be the name asked (a label holding a dot, an empty one)
+		ev.Rcode, ev.Verdict, ev.Detail = rcodeName(layers.DNSResponseCodeFormErr), event.DNSRefused, "question name not in plain form"
+		c.emit(ev)
+		return nil
+	}
 	rules := c.policy.Load().MatchDomains(ev.Name)
 	switch {
 	case len(rules) > 0:
@@ -171,7 +177,7 @@ func reply(q *layers.DNS, rcode layers.DNSResponseCode) []byte {
 	if err := r.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
 		return nil
 	}
-	b, _ := readsBack(buf.Bytes()) // a question gopacket cannot write back: no reply
+	b, _ := readsBack(buf.Bytes(), &r) // a question gopacket cannot write back: no reply
 	return b
 }
 

@@ -57,8 +57,9 @@ func seedMessages(f *testing.F) [][]byte {
 
 // FuzzQuery: a query as the tool sends it to the call's resolver. Its decoding (decode, as
 // answer() reads it) never panics (gopacket's does: testdata/fuzz/FuzzQuery); what it takes
-// for one question has a name judged as the domain rules see it, and the refusal it is sent
-// back (reply) is DNS: a response to that id and question with the refusal's code.
+// for one question, written plainly (plainQuestion: else it is refused unasked), has a name
+// judged as the domain rules see it, and the refusal it is sent back (reply) is DNS: a
+// response to that id and question with the refusal's code.
 func FuzzQuery(f *testing.F) {
 	for _, m := range seedMessages(f) {
 		f.Add(m)
@@ -75,9 +76,12 @@ func FuzzQuery(f *testing.F) {
 		if l := udpLimit(&msg, "udp"); l < 512 || l > 65535 {
 			t.Fatalf("udp limit %d", l)
 		}
+		if !plainQuestion(q, &msg) {
+			return // answer() refuses it unasked, with no reply: the name judged is not the one asked
+		}
 		out := reply(&msg, layers.DNSResponseCodeRefused)
 		if out == nil {
-			return // gopacket cannot write the question back: no reply, as answer() sends none
+			t.Fatalf("no refusal for the plain question %q", msg.Questions[0].Name)
 		}
 		var r layers.DNS
 		if err := decode(&r, out); err != nil {

@@ -33,7 +33,7 @@ func (p *pinLog) Pin(addr netip.Addr, _ []netguard.PinRule) error {
 // A tool's query that gopacket's decoder panics on (found by FuzzQuery: 13 bytes, a record
 // cut inside its fixed fields), sent over UDP and TCP to the call's resolver on its real
 // sockets, is recorded as not a DNS query; the resolver (bermd, and every call in it) goes
-// on, and answers the next query. An upstream answer of the same shape is a SERVFAIL.
+// on, and answers the next query. A question whose label holds dots is refused unasked.
 func TestMalformedQueriesDoNotEndTheResolver(t *testing.T) {
 	up := dnstest.Start(t, dnstest.Zone{"allowed.test": {dnstest.A("allowed.test", "127.0.0.21", 60)}})
 	r, err := New(Config{Upstream: up.Addr, Timeout: 10 * time.Second})
@@ -77,6 +77,22 @@ func TestMalformedQueriesDoNotEndTheResolver(t *testing.T) {
 		t.Fatal("a reply to a query that is not DNS")
 	}
 
+	// A question whose one label holds dots reads, dotted, as the allowed name; the upstream
+	// would be asked another. It is refused unasked.
+	dotted := []byte("\x00\x07\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x0callowed.test\x00\x00\x01\x00\x01")
+	tc2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc2.Close()
+	if err := writeTCPMsg(tc2, dotted); err != nil {
+		t.Fatal(err)
+	}
+	tc2.SetReadDeadline(time.Now().Add(time.Minute))
+	if b, err := readTCPMsg(tc2); err == nil {
+		t.Fatalf("an answer to a one-label name read as allowed.test: %q", b)
+	}
+
 	// The resolver is still there: a real query is answered over UDP.
 	q := dnsMsg(t, layers.DNS{ID: 99, RD: true, Questions: []layers.DNSQuestion{{Name: []byte("allowed.test"), Type: layers.DNSTypeA, Class: layers.DNSClassIN}}})
 	var ans layers.DNS
@@ -117,10 +133,16 @@ func TestMalformedQueriesDoNotEndTheResolver(t *testing.T) {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		n, got := count()
 		if n == 2 {
+			if !strings.Contains(strings.Join(got, "; "), "allowed.test refused question name not in plain form") {
+				t.Fatalf("the one-label name not recorded as refused: %s", strings.Join(got, "; "))
+			}
 			break
 		}
 		if n > 2 || time.Now().After(deadline) {
 			t.Fatalf("%d malformed queries recorded, want 2 (udp, tcp): %s", n, strings.Join(got, "; "))
 		}
+	}
+	if n := up.Count("allowed.test"); n != 1 {
+		t.Fatalf("the upstream was asked allowed.test %d times, want once (the plain query only)", n)
 	}
 }
