@@ -86,7 +86,7 @@ corpus: build
 # Every fuzz test where hostile bytes enter, one after another, each for FUZZTIME (a crash is
 # kept in the package's testdata/fuzz/; testenv/fuzz/README.md). `go test` replays the seeds.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := sandboxer/callproto:FuzzReadInvocation sandboxer/callproto:FuzzDecodeRequest \
+FUZZ_TARGETS := sandboxer/callproto:FuzzReadInvocation sandboxer/callproto:FuzzDecodeRequest cmd/internal/runcli:FuzzInvoke \
 	agent/policy:FuzzParse rules:FuzzLoad agent/journal:FuzzScan agent/journal:FuzzAppendAfterTornTail agent/journal:FuzzDecodeRecord \
 	agent/dnsguard:FuzzQuery agent/dnsguard:FuzzAnswer
 .PHONY: fuzz
