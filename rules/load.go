@@ -189,7 +189,7 @@ func (l *loader) parse(src *source, data []byte) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		// the message as yaml.v3 words it, "line N" included; the position from it
-		p, _ := yamlerr.Syntax(src.name, err)
+		p, _ := yamlerr.Syntax(src.name, data, err)
 		l.issues = append(l.issues, Issue{File: p.File, Line: p.Line, Col: p.Col, Msg: "yaml: " + strings.TrimPrefix(err.Error(), "yaml: ")})
 		return
 	}

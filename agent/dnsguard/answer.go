@@ -22,7 +22,7 @@ const maxChain = 16
 // finds them.
 func (c *Call) answer(q []byte, transport string) []byte {
 	var msg layers.DNS
-	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR {
+	if err := decode(&msg, q); err != nil || msg.QR {
 		c.emit(&event.DNS{Rcode: rcodeName(layers.DNSResponseCodeFormErr), Verdict: event.DNSRefused, Transport: transport, Detail: "not a DNS query"})
 		return nil
 	}
@@ -34,6 +34,12 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	}
 	qn := msg.Questions[0]
 	ev := &event.DNS{Name: policy.CanonicalName(string(qn.Name)), Type: typeName(qn.Type), Transport: transport}
+	if !plainQuestion(q, &msg) {
+		// the name judged would not be the name asked (a label holding a dot, an empty one)
+		ev.Rcode, ev.Verdict, ev.Detail = rcodeName(layers.DNSResponseCodeFormErr), event.DNSRefused, "question name not in plain form"
+		c.emit(ev)
+		return nil
+	}
 	rules := c.policy.Load().MatchDomains(ev.Name)
 	switch {
 	case len(rules) > 0:
@@ -55,7 +61,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 		return reply(&msg, layers.DNSResponseCodeServFail)
 	}
 	var ans layers.DNS
-	if err := ans.DecodeFromBytes(resp, gopacket.NilDecodeFeedback); err != nil {
+	if err := decode(&ans, resp); err != nil {
 		ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), "upstream answer: "+err.Error()
 		c.emit(ev)
 		return reply(&msg, layers.DNSResponseCodeServFail)
@@ -99,7 +105,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 // overloaded answers a query past the call's in-flight bound with SERVFAIL, recorded.
 func (c *Call) overloaded(q []byte, transport string) []byte {
 	var msg layers.DNS
-	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR || len(msg.Questions) != 1 {
+	if err := decode(&msg, q); err != nil || msg.QR || len(msg.Questions) != 1 {
 		// recorded as answer records it: a flood of garbage is counted like any other
 		c.emit(&event.DNS{Rcode: rcodeName(layers.DNSResponseCodeFormErr), Verdict: event.DNSRefused, Transport: transport, Detail: "not a DNS query, or not one question"})
 		return nil
@@ -171,7 +177,8 @@ func reply(q *layers.DNS, rcode layers.DNSResponseCode) []byte {
 	if err := r.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
 		return nil
 	}
-	return buf.Bytes()
+	b, _ := readsBack(buf.Bytes(), &r) // a question gopacket cannot write back: no reply
+	return b
 }
 
 func typeName(t layers.DNSType) string {

@@ -101,12 +101,12 @@ func rebuild(ans *layers.DNS, withheld map[netip.Addr]bool, limit int) ([]byte, 
 		return nil, err
 	}
 	if limit == 0 || len(buf.Bytes()) <= limit {
-		return buf.Bytes(), nil
+		return readsBack(buf.Bytes(), &r)
 	}
 	r.TC, r.Answers, r.Authorities, r.Additionals = true, nil, nil, nil
 	buf = gopacket.NewSerializeBuffer()
 	if err := r.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return readsBack(buf.Bytes(), &r)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
@@ -151,7 +150,7 @@ func (c *Call) drain(i, fd int) {
 // unanswered records a query read only at the call's end.
 func (c *Call) unanswered(q []byte) {
 	var msg layers.DNS
-	if err := msg.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || msg.QR || len(msg.Questions) != 1 {
+	if err := decode(&msg, q); err != nil || msg.QR || len(msg.Questions) != 1 {
 		c.emit(&event.DNS{Verdict: event.DNSRefused, Transport: "udp", Detail: "not answered, the call ended first: not a DNS query"})
 		return
 	}

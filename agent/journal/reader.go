@@ -77,6 +77,14 @@ func Scan(dir string, from Position, fn func(Record) error) (ScanResult, error) 
 		newest := i == len(segs)-1
 		res.End = Position{seg, off}
 		damaged := false
+		if off < 0 || off > int64(len(b)) {
+			// A resume position no scan of this segment gave (a cursor from another journal,
+			// edited, or a segment replaced): nothing in it can be found from there.
+			reason := fmt.Sprintf("resume offset outside the segment's %d bytes: segment skipped", len(b))
+			res.Problems = append(res.Problems, Problem{Position{seg, off}, reason})
+			damaged = true
+			off = int64(len(b)) // the loop below reads nothing
+		}
 		for off < int64(len(b)) {
 			t, payload, size, perr := parseFrame(b[off:])
 			if perr != nil {

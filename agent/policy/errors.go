@@ -19,9 +19,9 @@ func (e *Error) Error() string {
 	return yamlerr.Format(yamlerr.Pos{File: e.File, Line: e.Line, Col: e.Col}, e.Field, e.Msg)
 }
 
-// syntaxError is a yaml.v3 decode error as a policy Error.
-func syntaxError(file string, err error) *Error {
-	p, msg := yamlerr.Syntax(file, err)
+// syntaxError is a yaml.v3 decode error of data as a policy Error.
+func syntaxError(file string, data []byte, err error) *Error {
+	p, msg := yamlerr.Syntax(file, data, err)
 	return &Error{File: file, Line: p.Line, Col: p.Col, Msg: "invalid yaml: " + msg}
 }
 

@@ -66,7 +66,7 @@ func (d *decoder) document(data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: d.file, Line: 1, Col: 1, Msg: "empty policy: expected a ToolPolicy document"}}
 		}
-		return nil, Errors{syntaxError(d.file, err)}
+		return nil, Errors{syntaxError(d.file, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -48,18 +49,26 @@ func Format(p Pos, in, msg string) string {
 
 var lineRE = regexp.MustCompile(`line (\d+)`)
 
-// Syntax is where a yaml.v3 decode error points, the first "line N" it names (column 1:
-// yaml.v3 gives none), and its message without the "yaml: " prefix and, when it starts so,
-// without that "line N: ".
-func Syntax(file string, err error) (Pos, string) {
+// Syntax is where a yaml.v3 decode error of data points, and its message without the
+// "yaml: " prefix and, when it starts so, without that "line N: ". The place is the first
+// "line N" the message names (column 1: yaml.v3 gives none). A message that names no line is
+// either about a byte YAML refuses (invalid UTF-8, a control character: yaml.v3's reader
+// places those nowhere), found here in data, or about the first line, which yaml.v3 leaves
+// unnumbered; either way the error has a line and a column an editor can go to.
+func Syntax(file string, data []byte, err error) (Pos, string) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	p := Pos{File: file}
+	p := Pos{File: file, Line: 1, Col: 1}
 	if m := lineRE.FindStringSubmatchIndex(msg); m != nil {
-		p.Line, _ = strconv.Atoi(msg[m[2]:m[3]])
-		p.Col = 1
+		if n, aerr := strconv.Atoi(msg[m[2]:m[3]]); aerr == nil && n > 0 {
+			p.Line = n
+		}
 		if m[0] == 0 {
 			msg = strings.TrimPrefix(msg[m[1]:], ": ")
 		}
+		return p, msg
+	}
+	if line, col, ok := refused(data); ok {
+		p.Line, p.Col = line, col
 	}
 	return p, msg
 }
@@ -92,4 +101,39 @@ func Describe(n *yaml.Node) string {
 		return "nothing"
 	}
 	return n.Value
+}
+
+// refused is the line and column (in characters, as yaml.v3 counts them) of the first byte
+// of data YAML does not read: invalid UTF-8, or a character outside YAML's printable set.
+func refused(data []byte) (line, col int, ok bool) {
+	line, col = 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 || !printable(r, i) {
+			return line, col, true
+		}
+		switch {
+		case r == '\r' && i+1 < len(data) && data[i+1] == '\n':
+			// one break, counted at its \n
+		case r == '\n' || r == '\r' || r == 0x85 || r == 0x2028 || r == 0x2029:
+			line, col = line+1, 1 // YAML's line breaks
+		default:
+			col++
+		}
+		i += size
+	}
+	return 0, 0, false
+}
+
+// printable is YAML 1.2's c-printable (a byte order mark only at the start).
+func printable(r rune, at int) bool {
+	switch {
+	case r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r <= 0x7e || r == 0x85:
+		return true
+	case r == 0xfeff:
+		return at == 0
+	case r >= 0xa0 && r <= 0xd7ff || r >= 0xe000 && r <= 0xfffd || r >= 0x10000 && r <= 0x10ffff:
+		return true
+	}
+	return false
 }

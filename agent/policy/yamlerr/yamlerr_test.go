@@ -16,6 +16,11 @@ func TestSyntax(t *testing.T) {
 		{"unclosed list", "a: [\n", Pos{"f.yaml", 1, 1}, "did not find expected node content"},
 		{"bad indent", "a:\n  b: 1\n c: 2\n", Pos{"f.yaml", 2, 1}, "did not find expected key"},
 		{"tab", "a:\n\tb: 1\n", Pos{"f.yaml", 2, 1}, "found character that cannot start any token"},
+		// yaml.v3 numbers no line for these: the offending byte is found, or the first line
+		{"tab on the first line", "\tb: 1\n", Pos{"f.yaml", 1, 1}, "found character that cannot start any token"},
+		{"control character", "a: 1\nb: x\x01\n", Pos{"f.yaml", 2, 5}, "control characters are not allowed"},
+		{"invalid UTF-8", "a: 1\nbé: \xff\xfe\n", Pos{"f.yaml", 2, 5}, "invalid leading UTF-8 octet"},
+		{"after CR line breaks", "a: 1\r\nb: 2\rc: \x02\n", Pos{"f.yaml", 3, 4}, "control characters are not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n yaml.Node
@@ -23,19 +28,19 @@ func TestSyntax(t *testing.T) {
 			if err == nil {
 				t.Fatal("no decode error")
 			}
-			pos, msg := Syntax("f.yaml", err)
+			pos, msg := Syntax("f.yaml", []byte(tc.doc), err)
 			if pos != tc.pos || msg != tc.msg {
 				t.Fatalf("%q: got %v %q, want %v %q", err, pos, msg, tc.pos, tc.msg)
 			}
 		})
 	}
 	// a "line N" later in the message places it, and the message stays whole
-	pos, msg := Syntax("f.yaml", errors.New("yaml: unmarshal errors:\n  line 4: cannot unmarshal"))
+	pos, msg := Syntax("f.yaml", nil, errors.New("yaml: unmarshal errors:\n  line 4: cannot unmarshal"))
 	if pos != (Pos{"f.yaml", 4, 1}) || msg != "unmarshal errors:\n  line 4: cannot unmarshal" {
 		t.Fatalf("got %v %q", pos, msg)
 	}
-	// no line: the file as a whole
-	if pos, msg := Syntax("f.yaml", errors.New("yaml: control characters are not allowed")); pos != (Pos{File: "f.yaml"}) || msg != "control characters are not allowed" {
+	// no line, and nothing in the bytes YAML refuses: the first line
+	if pos, msg := Syntax("f.yaml", []byte("a"), errors.New("yaml: control characters are not allowed")); pos != (Pos{"f.yaml", 1, 1}) || msg != "control characters are not allowed" {
 		t.Fatalf("got %v %q", pos, msg)
 	}
 }
