@@ -243,3 +243,40 @@ func asDecoded(t time.Time) time.Time {
 	}
 	return t.In(time.Local)
 }
+
+var _ audit.EventSource = (*CHSource)(nil)
+
+// Events streams the stored events of the matching calls, call by call (each in Seq order).
+// ClickHouse is read once: following new events is the journal's (berm events --follow on
+// the node).
+func (s *CHSource) Events(_ context.Context, f audit.EventFilter, follow bool, fn func(event.Event) error) error {
+	if follow {
+		return fmt.Errorf("--follow reads a node's journal: ClickHouse is read once (run berm events --follow on the node)")
+	}
+	calls, err := s.Calls(audit.Filter{Tool: f.Tool, Tenant: f.Tenant})
+	if err != nil {
+		return err
+	}
+	for _, c := range calls {
+		st := c.Start
+		if f.Call != "" && f.Call != st.Key() && f.Call != st.CallID && f.Call != st.Tenant+"/"+st.CallID {
+			continue
+		}
+		ctx, cancel := s.ctx()
+		evs, err := s.events(ctx, st.Tenant, st.Tool, st.CallID, st.CallKey)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			e := &evs[i]
+			e.CallKey, e.Tenant, e.Tool = st.CallKey, st.Tenant, st.Tool
+			if f.Match(e) {
+				if err := fn(*e); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

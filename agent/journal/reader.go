@@ -70,51 +70,67 @@ func Scan(dir string, from Position, fn func(Record) error) (ScanResult, error) 
 		if seg == from.Segment {
 			off = from.Offset
 		}
-		b, err := readSegment(dir, seg)
+		// Only what follows off is read: a follower or a shipper polling a large segment
+		// reads what was appended, not the whole file again.
+		b, size, err := readSegment(dir, seg, off)
 		if err != nil {
 			return res, err
 		}
+		bad := off < 0 || off > size
 		newest := i == len(segs)-1
 		res.End = Position{seg, off}
 		damaged := false
-		if off < 0 || off > int64(len(b)) {
+		if bad {
 			// A resume position no scan of this segment gave (a cursor from another journal,
 			// edited, or a segment replaced): nothing in it can be found from there.
-			reason := fmt.Sprintf("resume offset outside the segment's %d bytes: segment skipped", len(b))
+			reason := fmt.Sprintf("resume offset outside the segment's %d bytes: segment skipped", size)
 			res.Problems = append(res.Problems, Problem{Position{seg, off}, reason})
 			damaged = true
-			off = int64(len(b)) // the loop below reads nothing
 		}
-		for off < int64(len(b)) {
-			t, payload, size, perr := parseFrame(b[off:])
+		for rel := int64(0); rel < int64(len(b)); {
+			t, payload, size, perr := parseFrame(b[rel:])
 			if perr != nil {
-				reason := fmt.Sprintf("%v (%d bytes) skipped", perr, int64(len(b))-off)
-				res.Problems = append(res.Problems, Problem{Position{seg, off}, reason})
+				reason := fmt.Sprintf("%v (%d bytes) skipped", perr, int64(len(b))-rel)
+				res.Problems = append(res.Problems, Problem{Position{seg, off + rel}, reason})
 				damaged = true
 				break
 			}
-			rec := Record{Pos: Position{seg, off}, Next: Position{seg, off + int64(size)}, Type: t, Payload: payload}
+			rec := Record{Pos: Position{seg, off + rel}, Next: Position{seg, off + rel + int64(size)}, Type: t, Payload: payload}
 			if err := fn(rec); err != nil {
 				return res, err
 			}
-			off += int64(size)
+			rel += int64(size)
 			res.End = rec.Next
 		}
 		// An older segment is finished: no writer appends to it any more, so what could not
 		// be read there never will be, and the next scan starts with the following segment.
-		if !newest && (damaged || res.End.Offset == int64(len(b))) {
+		if !newest && (damaged || res.End.Offset == off+int64(len(b))) {
 			res.End = Position{segs[i+1], 0}
 		}
 	}
 	return res, nil
 }
 
-func readSegment(dir string, seg uint64) ([]byte, error) {
-	b, err := os.ReadFile(segmentPath(dir, seg))
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read journal segment %d: %w", seg, err)
+// readSegment reads segment seg from byte off to its end (nothing for an offset outside it),
+// and says the segment's size.
+func readSegment(dir string, seg uint64, off int64) ([]byte, int64, error) {
+	f, err := os.Open(segmentPath(dir, seg))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read journal segment %d: %w", seg, err)
 	}
-	return b, nil
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read journal segment %d: %w", seg, err)
+	}
+	if off < 0 || off >= st.Size() {
+		return nil, st.Size(), nil
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read journal segment %d from %d: %w", seg, off, err)
+	}
+	return b, st.Size(), nil
 }
 
 func segmentPath(dir string, seg uint64) string {

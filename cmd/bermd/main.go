@@ -148,6 +148,10 @@ func run(log *slog.Logger, o options) error {
 		return err
 	}
 	defer stopApprovals()
+	// Before the socket: the alerts of the first call are routed too.
+	if err := startAlertWebhook(ctx, log, reg, o.stateDir); err != nil {
+		return err
+	}
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
 	phases := daemon.NewPhaseMetrics(reg)
 	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
