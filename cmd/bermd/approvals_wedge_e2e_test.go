@@ -239,8 +239,9 @@ func TestApprovalHeldRequestEndsWithTheCall(t *testing.T) {
 	}
 }
 
-// One call floods bermd with held requests (deletions of 64 files at once, and write-opens
-// of FIFOs beside them) while another tenant's call asks once: the approver still lists the
+// One call floods bermd with held syscalls (write-opens of FIFOs first, which held 16 of its
+// supervisor's threads for ever before, then deletions of 64 files at once) while another
+// tenant's call asks once: the approver still lists the
 // neighbour's request and decides it, the neighbour's call completes, and the flooding call
 // still ends at its wall cap with nothing of its files deleted.
 func TestApprovalFloodBesideANeighbour(t *testing.T) {
@@ -252,7 +253,7 @@ func TestApprovalFloodBesideANeighbour(t *testing.T) {
 		os.Lchown(f, 65534, 65534)
 	}
 	script := `python3 -c '
-import os, threading
+import os, threading, time
 os.mkfifo("p")
 def rm(i):
     try: os.unlink("flood/f%d" % i)
@@ -260,9 +261,12 @@ def rm(i):
 def fifo():
     try: os.open("p", os.O_WRONLY)
     except OSError: pass
-ts = [threading.Thread(target=rm, args=(i,)) for i in range(64)] + [threading.Thread(target=fifo) for i in range(16)]
+fs = [threading.Thread(target=fifo) for i in range(16)]
+for t in fs: t.start()
+time.sleep(0.5)
+ts = [threading.Thread(target=rm, args=(i,)) for i in range(64)]
 for t in ts: t.start()
-for t in ts: t.join()
+for t in fs + ts: t.join()
 '`
 	floodDone := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
 		"--tenant", "flooder", "--call-id", "flood", "--workspace", flood, "--policy", pol, "--timeout", "20s", "--", "sh", "-c", script))
