@@ -218,8 +218,10 @@ func TestApprovalHeldRequestEndsWithTheCall(t *testing.T) {
 				"--call-id", tc.id, "--workspace", ws, "--policy", pol, "--timeout", tc.timeout, "--", "sh", "-c", script)
 			done := bermbin.Start(t, cmd)
 			p := api.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == tc.id })
+			at := time.Now()
 			tc.end(t, cmd, p)
 			r := d.ended(t, tc.name, done)
+			t.Logf("%s: the call ended %s after it was ended (the request was pending %.1f s)", tc.name, time.Since(at).Round(time.Millisecond), p.AgeSeconds)
 			if _, err := os.Stat(filepath.Join(ws, "keep", "x")); err != nil {
 				t.Errorf("keep/x went without an approval: %v", err)
 			}

@@ -53,7 +53,7 @@ const fdInstalled = math.MinInt64
 
 // prepare reads the held syscall, resolves what it acts on and finds the rule that gates it,
 // in phases: take the thread (its memory, root, umask and process), then, for a path
-// syscall (syscalls.go), read its arguments, confine this thread as the tool (jail), resolve
+// syscall (its entry in heldSyscalls, syscalls.go), read its arguments, confine this thread as the tool (jail), resolve
 // the paths, decide (the object a person is asked about, the rule) and bind the action. A
 // non-zero errno answers the syscall with it.
 func (s *Supervisor) prepare(o *op) unix.Errno {
@@ -61,15 +61,12 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	if e != 0 {
 		return e
 	}
-	switch o.name {
-	case "connect":
-		return s.prepareConnect(o, t.mem, t.pidfd, t.root, t.umask)
-	case "execve", "execveat":
-		return s.prepareExec(o, t.mem, t.proc, t.pidfd, t.root, t.umask)
-	}
-	sc := pathSyscalls[o.name]
+	sc := heldSyscalls[o.name]
 	if sc == nil {
 		return unix.ENOSYS
+	}
+	if sc.own != nil {
+		return sc.own(s, o, t)
 	}
 	o.action = sc.action
 	c, e := sc.args(&o.n.Data.Args)
@@ -94,7 +91,7 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		c.locs = append(c.locs, l)
 		o.paths = append(o.paths, l.path)
 	}
-	o.object, o.rule = sc.decide(s, c.locs)
+	o.object, o.rule = sc.decide(s, c)
 	if sc.action == actionLink {
 		o.action = policy.ApproveWrite // a link is asked about as a write
 	}

@@ -7,11 +7,11 @@ import (
 	"github.com/bermsec/berm/agent/policy"
 )
 
-// The held syscalls that act on paths, one entry each: where its paths are (args), what its
-// flags are and which of them it refuses, whether a path's last symbolic link is followed,
-// what a person is asked about and which rule gates it (decide), what is refused before
-// anyone is asked (check), and how the supervisor performs it (perform). connect and the
-// execs have phases of their own (prepareConnect, prepareExec).
+// The held syscalls, one entry each. A path syscall's entry says where its paths are, what
+// its flags are and which of them it refuses (args), whether a path's last symbolic link is
+// followed, what a person is asked about and which rule gates it (decide), what is refused
+// before anyone is asked (check), and how the supervisor performs it (perform). connect and
+// the execs read and decide in phases of their own (own: prepareConnect, prepareExec).
 
 // pathArg is where a path argument is: the argument holding the directory it is relative
 // to (cwdArg: the thread's cwd) and the one holding its address.
@@ -26,7 +26,10 @@ type pathCall struct {
 	locs                []loc
 }
 
-type pathSyscall struct {
+type heldSyscall struct {
+	// own reads, decides and binds the action itself (connect, execve, execveat): the
+	// fields below are unused.
+	own    func(s *Supervisor, o *op, t *thread) unix.Errno
 	action string // policy.Approve*, or actionLink
 	paths  []pathArg
 	// args reads the syscall's flags, mode and length from its registers, refusing flags the
@@ -34,12 +37,17 @@ type pathSyscall struct {
 	args func(a *[6]uint64) (*pathCall, unix.Errno)
 	// follow says whether the i-th path's last symbolic link is followed (nil: never).
 	follow  func(i int, flags uint64) bool
-	decide  func(s *Supervisor, locs []loc) (object string, rule *policy.ApprovalRule)
+	decide  func(s *Supervisor, c *pathCall) (object string, rule *policy.ApprovalRule)
 	check   func(s *Supervisor, o *op, c *pathCall) unix.Errno // nil: nothing refused before
 	perform func(s *Supervisor, o *op, c *pathCall) (int64, unix.Errno)
 }
 
-var pathSyscalls = map[string]*pathSyscall{
+var heldSyscalls = map[string]*heldSyscall{
+	"connect": {own: func(s *Supervisor, o *op, t *thread) unix.Errno {
+		return s.prepareConnect(o, t.mem, t.pidfd, t.root, t.umask)
+	}},
+	"execve":    {own: prepareExecOf},
+	"execveat":  {own: prepareExecOf},
 	"unlink":    unlinkCall([]pathArg{{cwdArg, 0}}, noArgs),
 	"rmdir":     unlinkCall([]pathArg{{cwdArg, 0}}, fixedFlags(unix.AT_REMOVEDIR)),
 	"unlinkat":  unlinkCall([]pathArg{{0, 1}}, flagsArg(2, unix.AT_REMOVEDIR, unix.EINVAL)),
@@ -80,11 +88,15 @@ func openArgs(flags, mode int) func(*[6]uint64) (*pathCall, unix.Errno) {
 	return func(a *[6]uint64) (*pathCall, unix.Errno) { return &pathCall{flags: a[flags], mode: a[mode]}, 0 }
 }
 
-func unlinkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *pathSyscall {
-	return &pathSyscall{action: policy.ApproveUnlink, paths: paths, args: args,
-		decide: func(s *Supervisor, locs []loc) (string, *policy.ApprovalRule) {
-			return locs[0].path, s.match(func(r *policy.ApprovalRule) bool {
-				return r.Action == policy.ApproveUnlink && policy.MatchGlob(r.Glob, locs[0].path)
+func unlinkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *heldSyscall {
+	return &heldSyscall{action: policy.ApproveUnlink, paths: paths, args: args,
+		// A directory's removal is gated by the rules protecting what could be beneath it
+		// too: an emptied ancestor of a protected tree is not removed (and remade) unasked.
+		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
+			p := c.locs[0].path
+			return p, s.match(func(r *policy.ApprovalRule) bool {
+				return r.Action == policy.ApproveUnlink && (policy.MatchGlob(r.Glob, p) ||
+					c.flags&unix.AT_REMOVEDIR != 0 && policy.MatchGlobBeneath(r.Glob, p))
 			})
 		},
 		perform: func(_ *Supervisor, _ *op, c *pathCall) (int64, unix.Errno) {
@@ -94,13 +106,19 @@ func unlinkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) 
 }
 
 // renameCall: a rename is gated by rename, unlink and write rules on either name (it moves a
-// gated file out of its tree, or replaces one).
-func renameCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *pathSyscall {
-	return &pathSyscall{action: policy.ApproveRename, paths: paths, args: args,
-		decide: func(s *Supervisor, locs []loc) (string, *policy.ApprovalRule) {
-			return locs[0].path + " -> " + locs[1].path, s.match(func(r *policy.ApprovalRule) bool {
+// gated file out of its tree, or replaces one), and on what could be beneath either name
+// when it is a directory: moving an ancestor of a protected tree (mv project p2, then rm -rf
+// p2/.git), exchanging it (RENAME_EXCHANGE) or replacing it moves the tree out from under
+// its rules' paths.
+func renameCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *heldSyscall {
+	return &heldSyscall{action: policy.ApproveRename, paths: paths, args: args,
+		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
+			a, b := c.locs[0], c.locs[1]
+			aDir, bDir := a.isDir(), b.isDir()
+			return a.path + " -> " + b.path, s.match(func(r *policy.ApprovalRule) bool {
 				return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink || r.Action == policy.ApproveWrite) &&
-					(policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
+					(policy.MatchGlob(r.Glob, a.path) || policy.MatchGlob(r.Glob, b.path) ||
+						aDir && policy.MatchGlobBeneath(r.Glob, a.path) || bDir && policy.MatchGlobBeneath(r.Glob, b.path))
 			})
 		},
 		perform: func(_ *Supervisor, _ *op, c *pathCall) (int64, unix.Errno) {
@@ -111,10 +129,11 @@ func renameCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) 
 
 // linkCall: a link is held for write rules (a second name for a write-gated file) and asked
 // about as a write.
-func linkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *pathSyscall {
-	return &pathSyscall{action: actionLink, paths: paths, args: args,
+func linkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *heldSyscall {
+	return &heldSyscall{action: actionLink, paths: paths, args: args,
 		follow: func(i int, flags uint64) bool { return i == 0 && flags&unix.AT_SYMLINK_FOLLOW != 0 },
-		decide: func(s *Supervisor, locs []loc) (string, *policy.ApprovalRule) {
+		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
+			locs := c.locs
 			return locs[0].path + " => " + locs[1].path, s.match(func(r *policy.ApprovalRule) bool {
 				return r.Action == policy.ApproveWrite && (policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
 			})
@@ -127,15 +146,16 @@ func linkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *p
 
 // openCall: a write-open (the filter holds opens with write flags), performed without ever
 // blocking (openNoBlock) and answered with the file through ADDFD.
-func openCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *pathSyscall {
-	return &pathSyscall{action: policy.ApproveWrite, paths: paths, args: args,
+func openCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *heldSyscall {
+	return &heldSyscall{action: policy.ApproveWrite, paths: paths, args: args,
 		follow: func(_ int, flags uint64) bool {
 			return flags&unix.O_NOFOLLOW == 0 && flags&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL
 		},
 		decide: decideWrite, check: checkOpen, perform: performOpen}
 }
 
-func decideWrite(s *Supervisor, locs []loc) (string, *policy.ApprovalRule) {
+func decideWrite(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
+	locs := c.locs
 	return locs[0].path, s.match(func(r *policy.ApprovalRule) bool {
 		return r.Action == policy.ApproveWrite && policy.MatchGlob(r.Glob, locs[0].path)
 	})
@@ -315,4 +335,14 @@ func (s *Supervisor) openNoBlock(o *op, l loc, flags int, mode uint32) (int, uni
 		}
 	}
 	return fd, 0
+}
+
+// isDir says whether l names a directory (not following a last symbolic link).
+func (l loc) isDir() bool {
+	var st unix.Stat_t
+	return unix.Fstatat(l.dir, l.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+func prepareExecOf(s *Supervisor, o *op, t *thread) unix.Errno {
+	return s.prepareExec(o, t.mem, t.proc, t.pidfd, t.root, t.umask)
 }
