@@ -59,6 +59,18 @@ print("exchange=%d" % (0 if r == 0 else ctypes.get_errno()))'`
 			rule: "git-deletes", object: "WS/project", kept: []string{"project"}},
 		{name: "a hard link out of the tree, then a write through it", id: "link", script: `ln project/config/app.conf out; echo x >> out`,
 			rule: "config-writes", object: "WS/project/config/app.conf => WS/out", kept: []string{"project/config/app.conf"}},
+		{name: "a symbolic link out of the tree, then a deletion through it", id: "symlink-rm", script: `ln -s project/.git g; rm g/HEAD`,
+			rule: "git-deletes", object: "WS/project/.git/HEAD", kept: []string{"project/.git/HEAD"}},
+		{name: "a symbolic link out of the tree, then a write through it", id: "symlink-write", script: `ln -s project/config c; echo x > c/app.conf`,
+			rule: "config-writes", object: "WS/project/config/app.conf", kept: []string{"project/config/app.conf"}},
+		// The supervisor resolves no magic link: the move is refused outright, nobody asked.
+		{name: "a move through /proc/self/fd", id: "procfd", script: `python3 -c '
+import os
+fd = os.open(".", os.O_RDONLY)
+try:
+    os.rename("/proc/self/fd/%d/project" % fd, "p2"); print("moved")
+except OSError as e:
+    print("refused %d" % e.errno)'; rm -rf p2/.git`, kept: []string{"project/.git/HEAD"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := bermbin.Workspace(t)
@@ -74,6 +86,18 @@ print("exchange=%d" % (0 if r == 0 else ctypes.get_errno()))'`
 			filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
 			done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
 				"--call-id", tc.id, "--workspace", ws, "--policy", pol, "--timeout", "60s", "--", "sh", "-c", tc.script))
+			if tc.rule == "" {
+				r := d.ended(t, tc.id, done)
+				if !strings.Contains(r.Stdout, "refused") {
+					t.Errorf("not refused: %+v", r)
+				}
+				for _, k := range tc.kept {
+					if _, err := os.Stat(filepath.Join(ws, k)); err != nil {
+						t.Errorf("%s lost: %v", k, err)
+					}
+				}
+				return
+			}
 			p := cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == tc.id })
 			if want := strings.ReplaceAll(tc.object, "WS", ws); p.Rule != tc.rule || !strings.HasPrefix(p.Object, want) {
 				t.Errorf("held: rule %s, object %q; want rule %s, object starting %q", p.Rule, p.Object, tc.rule, want)

@@ -299,3 +299,56 @@ for t in fs + ts: t.join()
 		t.Errorf("still pending after both calls: %+v", q)
 	}
 }
+
+// bermd stopped (SIGTERM) while a call's request is held, with a write-open of a FIFO in
+// flight beside it: the call ends with bermd, nothing is deleted, bermd exits; a bermd
+// restarted on the same sockets takes its approval socket back and serves requests again.
+// Before, the FIFO held a supervisor thread for ever, the call never ended, and bermd's
+// stop waited for it without bound.
+func TestApprovalBermdRestartedWhileARequestIsHeld(t *testing.T) {
+	d, api, pol := wedgeSetup(t)
+	ws := wedgeWorkspace(t)
+	done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
+		"--call-id", "held", "--workspace", ws, "--policy", pol, "--", "sh", "-c", `mkfifo f; (echo x > f) & rm keep/x; echo rm=$?; wait`))
+	api.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "held" })
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(90 * time.Second):
+		d.cmd.Process.Kill()
+		t.Fatal("bermd did not exit in 90 s of its SIGTERM with a request held")
+	}
+	d.ended(t, "held", done)
+	if _, err := os.Stat(filepath.Join(ws, "keep", "x")); err != nil {
+		t.Errorf("keep/x went without an approval: %v", err)
+	}
+
+	again := exec.Command(d.cmd.Path, d.cmd.Args[1:]...)
+	again.Stderr = d.log
+	if err := again.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		again.Process.Signal(os.Interrupt)
+		again.Wait()
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(d.socket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted bermd did not start:\n%s", d.log)
+		}
+	}
+	done = bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
+		"--call-id", "after", "--workspace", ws, "--policy", pol, "--", "sh", "-c", `rm keep/x; echo rm=$?`))
+	p := api.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "after" })
+	if r := bermbin.Berm(t, nil, append([]string{"approve", p.ID, "--by", "alice"}, api.cli...)...); r.Exit != 0 {
+		t.Fatalf("berm approve on the restarted bermd: %s", r.Stderr)
+	}
+	if r := d.ended(t, "after", done); !strings.Contains(r.Stdout, "rm=0") {
+		t.Fatalf("the approved delete on the restarted bermd: %+v", r)
+	}
+}
