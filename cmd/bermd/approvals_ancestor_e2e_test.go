@@ -140,3 +140,57 @@ func (a approvalsAPI) denyUntilEnd(t *testing.T, d *bermd, id string, done chan 
 		}
 	}
 }
+
+// An approved move does not unprotect the tree: the rules' trees are kept by identity (their
+// roots' device and inode at the call's start), so after `mv project p2` is approved, the
+// deletion of p2/.git/HEAD and a write into p2/config are still asked about, under the rules
+// of project/.git and project/config; denied, both files are as they were. Before, the
+// rules matched path strings only and both ran at once, unasked.
+func TestApprovalApprovedMoveKeepsTheTreeProtected(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile, api := filepath.Join(dir, "token"), filepath.Join(dir, "api")
+	d := startDaemon(t, "--approvals-dir", api, "--approvals-token", tokenFile)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(ancestorPolicy), 0o644)
+	cli := approvalsAPI{cli: []string{"--dir", api, "--token", tokenFile}}
+	ws := bermbin.Workspace(t)
+	os.MkdirAll(filepath.Join(ws, "project", ".git"), 0o755)
+	os.MkdirAll(filepath.Join(ws, "project", "config"), 0o755)
+	os.WriteFile(filepath.Join(ws, "project", ".git", "HEAD"), []byte("ref: main"), 0o644)
+	os.WriteFile(filepath.Join(ws, "project", "config", "app.conf"), []byte("conf"), 0o644)
+	filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+	done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
+		"--call-id", "moved", "--workspace", ws, "--policy", pol, "--timeout", "60s", "--", "sh", "-c",
+		`mv -T project p2; echo mv=$?; rm p2/.git/HEAD; echo rm=$?; echo x > p2/config/app.conf; echo w=$?`))
+	for _, step := range []struct {
+		object, rule string
+		approve      bool
+	}{
+		{"WS/project -> WS/p2", "git-deletes", true},
+		{"WS/p2/.git/HEAD", "git-deletes", false},
+		{"WS/p2/config/app.conf", "config-writes", false},
+	} {
+		want := strings.ReplaceAll(step.object, "WS", ws)
+		p := cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "moved" && p.Object == want })
+		if p.Rule != step.rule {
+			t.Errorf("%s: held under rule %s, want %s", want, p.Rule, step.rule)
+		}
+		verb := "deny"
+		if step.approve {
+			verb = "approve"
+		}
+		if r := bermbin.Berm(t, nil, append([]string{verb, p.ID, "--by", "alice"}, cli.cli...)...); r.Exit != 0 {
+			t.Fatalf("berm %s: %s", verb, r.Stderr)
+		}
+	}
+	r := d.ended(t, "moved", done)
+	if !strings.Contains(r.Stdout, "mv=0") || !strings.Contains(r.Stdout, "rm=1") || strings.Contains(r.Stdout, "w=0") {
+		t.Errorf("stdout %q", r.Stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "p2", ".git", "HEAD")); err != nil || string(b) != "ref: main" {
+		t.Errorf("p2/.git/HEAD after the deny: %q %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "p2", "config", "app.conf")); string(b) != "conf" {
+		t.Errorf("p2/config/app.conf after the deny: %q", b)
+	}
+}

@@ -91,6 +91,7 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		c.locs = append(c.locs, l)
 		o.paths = append(o.paths, l.path)
 	}
+	s.rootsOnce(t.root)
 	o.object, o.rule = sc.decide(s, c)
 	if sc.action == actionLink {
 		o.action = policy.ApproveWrite // a link is asked about as a write
@@ -287,6 +288,7 @@ type loc struct {
 	dir  int
 	name string
 	path string
+	anc  *ancestry // its identity and its ancestors', once asked for (trees.go)
 }
 
 func (l loc) close() { unix.Close(l.dir) }

@@ -73,6 +73,9 @@ type Supervisor struct {
 	execIDs map[*policy.ApprovalRule]fileID
 	// loaders are the gated programs' dynamic loaders (gated too: run directly, refused).
 	loaders map[fileID]string
+	// roots are the path rules' trees' roots by identity, taken at the first held path
+	// syscall (trees.go); nil until then.
+	roots map[*policy.ApprovalRule]treeRoot
 	// searches are threads whose gated exec was just denied, by thread id: their shell's
 	// PATH search is the same action (pathsearch.go).
 	searches map[uint32]*pathSearch

@@ -93,10 +93,8 @@ func unlinkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) 
 		// A directory's removal is gated by the rules protecting what could be beneath it
 		// too: an emptied ancestor of a protected tree is not removed (and remade) unasked.
 		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
-			p := c.locs[0].path
-			return p, s.match(func(r *policy.ApprovalRule) bool {
-				return r.Action == policy.ApproveUnlink && (policy.MatchGlob(r.Glob, p) ||
-					c.flags&unix.AT_REMOVEDIR != 0 && policy.MatchGlobBeneath(r.Glob, p))
+			return c.locs[0].path, s.match(func(r *policy.ApprovalRule) bool {
+				return r.Action == policy.ApproveUnlink && s.under(r, &c.locs[0], c.flags&unix.AT_REMOVEDIR != 0)
 			})
 		},
 		perform: func(_ *Supervisor, _ *op, c *pathCall) (int64, unix.Errno) {
@@ -113,12 +111,11 @@ func unlinkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) 
 func renameCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *heldSyscall {
 	return &heldSyscall{action: policy.ApproveRename, paths: paths, args: args,
 		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
-			a, b := c.locs[0], c.locs[1]
+			a, b := &c.locs[0], &c.locs[1]
 			aDir, bDir := a.isDir(), b.isDir()
 			return a.path + " -> " + b.path, s.match(func(r *policy.ApprovalRule) bool {
 				return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink || r.Action == policy.ApproveWrite) &&
-					(policy.MatchGlob(r.Glob, a.path) || policy.MatchGlob(r.Glob, b.path) ||
-						aDir && policy.MatchGlobBeneath(r.Glob, a.path) || bDir && policy.MatchGlobBeneath(r.Glob, b.path))
+					(s.under(r, a, aDir) || s.under(r, b, bDir))
 			})
 		},
 		perform: func(_ *Supervisor, _ *op, c *pathCall) (int64, unix.Errno) {
@@ -133,9 +130,8 @@ func linkCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *h
 	return &heldSyscall{action: actionLink, paths: paths, args: args,
 		follow: func(i int, flags uint64) bool { return i == 0 && flags&unix.AT_SYMLINK_FOLLOW != 0 },
 		decide: func(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
-			locs := c.locs
-			return locs[0].path + " => " + locs[1].path, s.match(func(r *policy.ApprovalRule) bool {
-				return r.Action == policy.ApproveWrite && (policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
+			return c.locs[0].path + " => " + c.locs[1].path, s.match(func(r *policy.ApprovalRule) bool {
+				return r.Action == policy.ApproveWrite && (s.under(r, &c.locs[0], false) || s.under(r, &c.locs[1], false))
 			})
 		},
 		perform: func(_ *Supervisor, _ *op, c *pathCall) (int64, unix.Errno) {
@@ -155,9 +151,8 @@ func openCall(paths []pathArg, args func(*[6]uint64) (*pathCall, unix.Errno)) *h
 }
 
 func decideWrite(s *Supervisor, c *pathCall) (string, *policy.ApprovalRule) {
-	locs := c.locs
-	return locs[0].path, s.match(func(r *policy.ApprovalRule) bool {
-		return r.Action == policy.ApproveWrite && policy.MatchGlob(r.Glob, locs[0].path)
+	return c.locs[0].path, s.match(func(r *policy.ApprovalRule) bool {
+		return r.Action == policy.ApproveWrite && s.under(r, &c.locs[0], false)
 	})
 }
 
