@@ -218,6 +218,28 @@ func MatchGlob(g, p string) bool {
 	return matchNames(strings.Split(strings.Trim(g, "/"), "/"), strings.Split(strings.Trim(p, "/"), "/"))
 }
 
+// MatchGlobBeneath says whether some path strictly beneath directory p could match pattern
+// g: p is an ancestor of what g protects, and moving or removing p moves or removes it.
+func MatchGlobBeneath(g, p string) bool {
+	gs := strings.Split(strings.Trim(g, "/"), "/")
+	if strings.Trim(p, "/") == "" {
+		return true // the root is everything's ancestor
+	}
+	ps := strings.Split(strings.Trim(p, "/"), "/")
+	for ; len(ps) > 0; gs, ps = gs[1:], ps[1:] {
+		if len(gs) == 0 {
+			return false
+		}
+		if gs[0] == "**" {
+			return true // it takes the rest of p, and a name beneath
+		}
+		if ok, _ := path.Match(gs[0], ps[0]); !ok {
+			return false
+		}
+	}
+	return len(gs) > 0
+}
+
 func matchNames(g, p []string) bool {
 	for len(g) > 0 {
 		if g[0] == "**" {

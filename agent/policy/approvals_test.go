@@ -129,6 +129,33 @@ func TestMatchGlob(t *testing.T) {
 	}
 }
 
+// A directory is beneath-matched by a glob when something in it could match: it is an
+// ancestor of the protected tree (moving or removing it moves or removes what is protected).
+func TestMatchGlobBeneath(t *testing.T) {
+	for _, tc := range []struct {
+		glob, dir string
+		want      bool
+	}{
+		{"/ws/project/.git/**", "/ws/project", true},
+		{"/ws/project/.git/**", "/ws", true},
+		{"/ws/project/.git/**", "/", true},
+		{"/ws/project/.git/**", "/ws/project/.git", true},
+		{"/ws/project/.git/**", "/ws/project/.git/objects", true},
+		{"/ws/project/.git/**", "/ws/project/src", false},
+		{"/ws/project/.git/**", "/ws/projectX", false},
+		{"/ws/project/.git/**", "/other", false},
+		{"/ws/*/config/**", "/ws/any", true},
+		{"/ws/*.csv", "/ws", true},
+		{"/ws/*.csv", "/ws/sub", false},
+		{"/ws/**/*.csv", "/ws/a/b", true},
+		{"/ws/a.csv", "/ws/a.csv", false},
+	} {
+		if got := MatchGlobBeneath(tc.glob, tc.dir); got != tc.want {
+			t.Errorf("MatchGlobBeneath(%q, %q) = %v, want %v", tc.glob, tc.dir, got, tc.want)
+		}
+	}
+}
+
 // The compiled approval filter notifies only the gated syscalls, writes by their flags;
 // everything else is allowed in the filter. And the judge leaves the supervisor's EPERM to it.
 func TestCompileApprovals(t *testing.T) {

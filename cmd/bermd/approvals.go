@@ -1,16 +1,23 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bermsec/berm/cmd/bermd/internal/daemon"
 	"github.com/bermsec/berm/sandboxer/approval"
 )
 
 // startApprovals makes bermd's approval broker and serves its API (berm approvals, approve,
-// deny) on bermd.sock in the approvals directory.
+// deny) on its own socket in the approvals directory (approvalsName): one per bermd. A
+// second bermd with the same control socket refuses to start rather than take the first's.
 func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*approval.Broker, func() error, error) {
 	var hook *approval.Webhook
 	if o.webhookURL != "" {
@@ -35,10 +42,33 @@ func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*ap
 	if err != nil {
 		return nil, nil, err
 	}
-	sock, stop, err := approval.Serve(b, token, o.approvalsDir, "bermd")
+	name := approvalsName(o.socket)
+	sock, stop, err := approval.ServeExclusive(b, token, o.approvalsDir, name, approvalsLockWait)
+	if errors.Is(err, approval.ErrServed) {
+		return nil, nil, fmt.Errorf("%w: is a bermd with --socket %s already running?", err, o.socket)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	log.Info("approval API", "socket", sock)
 	return b, stop, nil
+}
+
+// approvalsLockWait is how long a starting bermd waits for its approval socket's lock: the
+// bermd it succeeds (one exiting idle on the same control socket) lets it go at its exit.
+const approvalsLockWait = 5 * time.Second
+
+// approvalsName is the approval API socket's name for the bermd serving socket: "bermd" for
+// the default socket (where berm approve has always looked), else "bermd-" and a digest of
+// the socket's absolute path, so that bermds with their own sockets have their own API.
+func approvalsName(socket string) string {
+	abs, err := filepath.Abs(socket)
+	if err != nil {
+		abs = socket
+	}
+	if abs == daemon.DefaultSocket {
+		return "bermd"
+	}
+	h := sha256.Sum256([]byte(abs))
+	return "bermd-" + hex.EncodeToString(h[:6])
 }

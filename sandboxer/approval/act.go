@@ -51,193 +51,129 @@ const actionLink = "link"
 // fdInstalled is what perform returns when ADDFD already answered the syscall.
 const fdInstalled = math.MinInt64
 
-// prepare reads the held syscall's arguments, takes the tool's root, cwd and file
-// descriptors, confines this thread as the tool (jail), resolves the objects and finds the
-// rule that gates them. A non-zero errno answers the syscall with it.
+// prepare reads the held syscall, resolves what it acts on and finds the rule that gates it,
+// in phases: take the thread (its memory, root, umask and process), then, for a path
+// syscall (its entry in heldSyscalls, syscalls.go), read its arguments, confine this thread as the tool (jail), resolve
+// the paths, decide (the object a person is asked about, the rule) and bind the action. A
+// non-zero errno answers the syscall with it.
 func (s *Supervisor) prepare(o *op) unix.Errno {
-	tid := int(o.n.PID)
-	args := o.n.Data.Args
-	proc := "/proc/" + strconv.Itoa(tid)
-	mem, err := os.Open(proc + "/mem")
-	if err != nil {
-		return unix.EPERM
+	t, e := s.takeThread(o)
+	if e != 0 {
+		return e
 	}
-	o.cleanup = append(o.cleanup, func() { mem.Close() })
-	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return unix.EPERM
-	}
-	o.cleanup = append(o.cleanup, func() { unix.Close(root) })
-	tgid, umask, err := procStatus(proc)
-	if err != nil {
-		return unix.EPERM
-	}
-	o.tgid = tgid
-	pidfd, err := unix.PidfdOpen(tgid, 0)
-	if err != nil {
-		return unix.EPERM
-	}
-	o.cleanup = append(o.cleanup, func() { unix.Close(pidfd) })
-	str := func(addr uint64) (string, unix.Errno) { return readString(mem, addr) }
-	// dir is the directory a relative path starts from: the thread's cwd, or its dirfd.
-	dir := func(fd uint64) (int, unix.Errno) {
-		var d int
-		var err error
-		if int32(fd) == unix.AT_FDCWD {
-			d, err = unix.Open(proc+"/cwd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		} else {
-			d, err = unix.PidfdGetfd(pidfd, int(int32(fd)), 0)
-		}
-		if err != nil {
-			return -1, unix.EBADF
-		}
-		o.cleanup = append(o.cleanup, func() { unix.Close(d) })
-		return d, 0
-	}
-	type pathArg struct {
-		dirfd, addr uint64
-	}
-	var pa []pathArg
-	var flags, mode, length uint64
-	atCWD := int32(unix.AT_FDCWD)
-	cwd := uint64(uint32(atCWD))
-	switch o.name {
-	case "unlink":
-		pa, o.action = []pathArg{{cwd, args[0]}}, policy.ApproveUnlink
-	case "rmdir":
-		pa, o.action, flags = []pathArg{{cwd, args[0]}}, policy.ApproveUnlink, unix.AT_REMOVEDIR
-	case "unlinkat":
-		pa, o.action, flags = []pathArg{{args[0], args[1]}}, policy.ApproveUnlink, args[2]
-		if flags&^unix.AT_REMOVEDIR != 0 {
-			return unix.EINVAL
-		}
-	case "rename":
-		pa, o.action = []pathArg{{cwd, args[0]}, {cwd, args[1]}}, policy.ApproveRename
-	case "renameat":
-		pa, o.action = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename
-	case "renameat2":
-		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, policy.ApproveRename, args[4]
-	case "link":
-		pa, o.action = []pathArg{{cwd, args[0]}, {cwd, args[1]}}, actionLink
-	case "linkat":
-		pa, o.action, flags = []pathArg{{args[0], args[1]}, {args[2], args[3]}}, actionLink, args[4]
-		if flags&^unix.AT_SYMLINK_FOLLOW != 0 {
-			// AT_EMPTY_PATH links a descriptor's file by no path: nothing to show a person.
-			return unix.EPERM
-		}
-	case "open":
-		pa, o.action, flags, mode = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1], args[2]
-	case "openat":
-		pa, o.action, flags, mode = []pathArg{{args[0], args[1]}}, policy.ApproveWrite, args[2], args[3]
-	case "creat":
-		pa, o.action, flags, mode = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC, args[1]
-	case "truncate":
-		pa, o.action, length = []pathArg{{cwd, args[0]}}, policy.ApproveWrite, args[1]
-	case "connect":
-		return s.prepareConnect(o, mem, pidfd, root, umask)
-	case "execve", "execveat":
-		return s.prepareExec(o, mem, proc, pidfd, root, umask)
-	default:
+	sc := heldSyscalls[o.name]
+	if sc == nil {
 		return unix.ENOSYS
 	}
-	// Read every argument before anything else, then check the thread still waits: only
-	// then is what was read this syscall's.
-	paths := make([]string, len(pa))
-	starts := make([]int, len(pa))
-	for i, a := range pa {
-		p, e := str(a.addr)
-		if e != 0 {
-			return e
-		}
-		paths[i] = p
-		if !strings.HasPrefix(p, "/") {
-			d, e := dir(a.dirfd)
-			if e != 0 {
-				return e
-			}
-			starts[i] = d
-		}
+	if sc.own != nil {
+		return sc.own(s, o, t)
 	}
-	if !idValid(s.fd, o.n.ID) {
-		return unix.ESRCH
+	o.action = sc.action
+	c, e := sc.args(&o.n.Data.Args)
+	if e != 0 {
+		return e
+	}
+	paths, starts, e := s.readPaths(o, t, sc.paths)
+	if e != 0 {
+		return e
 	}
 	o.jailed = true
-	if err := s.jail(root, umask); err != nil {
+	if err := s.jail(t.root, t.umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM
 	}
-	locs := make([]loc, len(paths))
 	for i, p := range paths {
-		follow := o.action == policy.ApproveWrite && flags&unix.O_NOFOLLOW == 0 && flags&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL
-		if o.action == actionLink {
-			follow = i == 0 && flags&unix.AT_SYMLINK_FOLLOW != 0
-		}
-		l, e := resolve(starts[i], p, follow)
+		l, e := resolve(starts[i], p, sc.follow != nil && sc.follow(i, c.flags))
 		if e != 0 {
 			return e
 		}
 		o.cleanup = append(o.cleanup, l.close)
-		locs[i] = l
+		c.locs = append(c.locs, l)
 		o.paths = append(o.paths, l.path)
 	}
-	switch o.action {
-	case policy.ApproveUnlink:
-		o.object = locs[0].path
-		o.rule = s.match(func(r *policy.ApprovalRule) bool {
-			return r.Action == policy.ApproveUnlink && policy.MatchGlob(r.Glob, o.object)
-		})
-		l := locs[0]
-		o.perform = func() (int64, unix.Errno) { return 0, errnoOf(unix.Unlinkat(l.dir, l.name, int(flags))) }
-	case actionLink:
-		o.object = locs[0].path + " => " + locs[1].path
-		o.rule = s.match(func(r *policy.ApprovalRule) bool {
-			return r.Action == policy.ApproveWrite && (policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
-		})
-		o.action = policy.ApproveWrite
-		a, b := locs[0], locs[1]
-		o.perform = func() (int64, unix.Errno) {
-			return 0, errnoOf(unix.Linkat(a.dir, a.name, b.dir, b.name, 0))
-		}
-	case policy.ApproveRename:
-		o.object = locs[0].path + " -> " + locs[1].path
-		o.rule = s.match(func(r *policy.ApprovalRule) bool {
-			return (r.Action == policy.ApproveRename || r.Action == policy.ApproveUnlink || r.Action == policy.ApproveWrite) &&
-				(policy.MatchGlob(r.Glob, locs[0].path) || policy.MatchGlob(r.Glob, locs[1].path))
-		})
-		a, b := locs[0], locs[1]
-		o.perform = func() (int64, unix.Errno) {
-			return 0, errnoOf(unix.Renameat2(a.dir, a.name, b.dir, b.name, uint(flags)))
-		}
-	case policy.ApproveWrite:
-		o.object = locs[0].path
-		o.rule = s.match(func(r *policy.ApprovalRule) bool {
-			return r.Action == policy.ApproveWrite && policy.MatchGlob(r.Glob, o.object)
-		})
-		l := locs[0]
-		if o.name == "truncate" {
-			o.perform = func() (int64, unix.Errno) {
-				fd, err := openBeneath(l, unix.O_WRONLY, 0)
-				if err != nil {
-					return 0, errnoOf(err)
-				}
-				defer unix.Close(fd)
-				return 0, errnoOf(unix.Ftruncate(fd, int64(length)))
-			}
-			break
-		}
-		o.perform = func() (int64, unix.Errno) {
-			fd, err := openBeneath(l, int(flags), uint32(mode))
-			if err != nil {
-				return 0, errnoOf(err)
-			}
-			defer unix.Close(fd)
-			if _, err := addFD(s.fd, o.n.ID, fd, flags&unix.O_CLOEXEC != 0); err != nil {
-				return 0, errnoOf(err)
-			}
-			return fdInstalled, 0
+	s.rootsOnce(t.root)
+	o.object, o.rule = sc.decide(s, c)
+	if sc.action == actionLink {
+		o.action = policy.ApproveWrite // a link is asked about as a write
+	}
+	if sc.check != nil {
+		if e := sc.check(s, o, c); e != 0 {
+			return e
 		}
 	}
+	o.perform = func() (int64, unix.Errno) { return sc.perform(s, o, c) }
 	return 0
+}
+
+// thread is what the supervisor took of a held syscall's thread: its memory, root, umask,
+// process (tgid, pidfd) and /proc directory. Closed with the op.
+type thread struct {
+	proc        string
+	mem         *os.File
+	root, pidfd int
+	umask       int
+}
+
+func (s *Supervisor) takeThread(o *op) (*thread, unix.Errno) {
+	t := &thread{proc: "/proc/" + strconv.Itoa(int(o.n.PID))}
+	mem, err := os.Open(t.proc + "/mem")
+	if err != nil {
+		return nil, unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { mem.Close() })
+	t.mem = mem
+	root, err := unix.Open(t.proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { unix.Close(root) })
+	t.root = root
+	tgid, umask, err := procStatus(t.proc)
+	if err != nil {
+		return nil, unix.EPERM
+	}
+	o.tgid, t.umask = tgid, umask
+	pidfd, err := unix.PidfdOpen(tgid, 0)
+	if err != nil {
+		return nil, unix.EPERM
+	}
+	o.cleanup = append(o.cleanup, func() { unix.Close(pidfd) })
+	t.pidfd = pidfd
+	return t, 0
+}
+
+// readPaths reads every path argument, and the directory each relative one starts from (the
+// thread's cwd, or its dirfd), before anything else, then checks the thread still waits:
+// only then is what was read this syscall's.
+func (s *Supervisor) readPaths(o *op, t *thread, args []pathArg) ([]string, []int, unix.Errno) {
+	paths := make([]string, len(args))
+	starts := make([]int, len(args))
+	for i, a := range args {
+		p, e := readString(t.mem, o.n.Data.Args[a.addr])
+		if e != 0 {
+			return nil, nil, e
+		}
+		paths[i] = p
+		if strings.HasPrefix(p, "/") {
+			continue
+		}
+		var d int
+		var err error
+		if a.dirfd == cwdArg || int32(o.n.Data.Args[a.dirfd]) == unix.AT_FDCWD {
+			d, err = unix.Open(t.proc+"/cwd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		} else {
+			d, err = unix.PidfdGetfd(t.pidfd, int(int32(o.n.Data.Args[a.dirfd])), 0)
+		}
+		if err != nil {
+			return nil, nil, unix.EBADF
+		}
+		o.cleanup = append(o.cleanup, func() { unix.Close(d) })
+		starts[i] = d
+	}
+	if !idValid(s.fd, o.n.ID) {
+		return nil, nil, unix.ESRCH
+	}
+	return paths, starts, 0
 }
 
 func (s *Supervisor) prepareConnect(o *op, mem *os.File, pidfd, root, umask int) unix.Errno {
@@ -352,6 +288,7 @@ type loc struct {
 	dir  int
 	name string
 	path string
+	anc  *ancestry // its identity and its ancestors', once asked for (trees.go)
 }
 
 func (l loc) close() { unix.Close(l.dir) }
@@ -432,6 +369,9 @@ func resolveOnce(start int, p string) (loc, unix.Errno) {
 // link there: the name was resolved (links followed) when the person was asked, and a link
 // put in its place since would lead elsewhere.
 func openBeneath(l loc, flags int, mode uint32) (int, error) {
+	if flags&unix.O_CREAT == 0 && flags&unix.O_TMPFILE != unix.O_TMPFILE {
+		mode = 0 // openat2 refuses a mode nothing is created with (open ignores it)
+	}
 	return unix.Openat2(l.dir, l.name, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode & 0o7777),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 }

@@ -73,6 +73,9 @@ type Supervisor struct {
 	execIDs map[*policy.ApprovalRule]fileID
 	// loaders are the gated programs' dynamic loaders (gated too: run directly, refused).
 	loaders map[fileID]string
+	// roots are the path rules' trees' roots by identity, taken at the first held path
+	// syscall (trees.go); nil until then.
+	roots map[*policy.ApprovalRule]treeRoot
 	// searches are threads whose gated exec was just denied, by thread id: their shell's
 	// PATH search is the same action (pathsearch.go).
 	searches map[uint32]*pathSearch
@@ -103,20 +106,47 @@ func Supervise(cfg SupervisorConfig) (*Supervisor, error) {
 	return s, nil
 }
 
+// EndGrace bounds how long End waits for the handlers still at work. Requests waiting for a
+// person end at once with the call; what a handler performs does not wait (a write-open never
+// blocks: openNoBlock), so they are done well within it. One that is not (a unix socket's
+// connect waiting for its peer's accept) is left to end by itself, and the listener stays
+// open until it has (its number must not be reused under it): the call's end does not wait
+// for it.
+const EndGrace = 500 * time.Millisecond
+
 // End is the call's end: requests still waiting end with reason (the call's end reason), the
-// loop stops and the listener closes. The call's processes are gone by then.
+// loop stops and the listener closes. The call's processes are gone by then. End returns
+// within EndGrace of the loop's stop, whatever a handler does.
 func (s *Supervisor) End(reason string) {
 	s.once.Do(func() {
 		s.Ending(reason)
 		close(s.ended)
 		s.stopW.Write([]byte{1})
 		s.loop.Wait()
-		s.work.Wait()
-		s.stopR.Close()
-		s.stopW.Close()
-		s.cfg.Listener.Close()
-		if s.cfg.Done != nil {
-			s.cfg.Done()
+		idle := make(chan struct{})
+		go func() {
+			s.work.Wait()
+			close(idle)
+		}()
+		release := func() {
+			s.stopR.Close()
+			s.stopW.Close()
+			s.cfg.Listener.Close()
+			if s.cfg.Done != nil {
+				s.cfg.Done()
+			}
+		}
+		t := time.NewTimer(EndGrace)
+		defer t.Stop()
+		select {
+		case <-idle:
+			release()
+		case <-t.C:
+			s.cfg.Log.Warn("approval supervisor: a handler still at work at the call's end: left to end by itself", "call", s.cfg.Call.CallID)
+			go func() {
+				<-idle
+				release()
+			}()
 		}
 	})
 }
