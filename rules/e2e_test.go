@@ -49,7 +49,7 @@ def flip():
         ctypes.memmove(buf, b"/tmp/precious\0", 14)
 t = threading.Thread(target=flip)
 t.start()
-for i in range(5000):
+for i in range(20000):
     open("/tmp/precious", "w").close()
     libc.unlink(buf)
 stop.append(1)

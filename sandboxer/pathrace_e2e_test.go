@@ -95,7 +95,7 @@ spec:
 		t.Fatal(err)
 	}
 	state := t.TempDir()
-	r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--call-id", "racer", "--workspace", ws, "--policy", pol, "--", "./racer", "3000")
+	r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--call-id", "racer", "--workspace", ws, "--policy", pol, "--", "./racer", "20000")
 	if r.Exit != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
 	}
