@@ -567,11 +567,20 @@ type Result struct {
 	Credentials []event.CredentialUse
 }
 
-// BarrierTimeout bounds how long End waits for the call's own events to go through its
-// stage of the pipeline. Only the call's own events are waited for: another call's volume
-// cannot make it longer. Past it, what is still on the way is counted as dropped, and the
-// record says it is incomplete.
-var BarrierTimeout = 5 * time.Second
+// A call's end drains what its queue holds: it waits for the call's worker as long as the
+// worker makes progress, so a call whose queue is long (a flood before its last actions)
+// still has every queued event in its trail. What bounds the wait is work, not a clock a
+// flood can exhaust: once the call is unregistered nothing more enters its queue, the queue
+// is bounded (inboxBatches, inboxBytes), and so is the worker's cost per event (the judge's
+// host reads have a budget). Two guards remain for a worker that no longer advances (a rule
+// or the judge that does not return): BarrierIdle without one event finished, or
+// DrainCeiling in all, far past what a bounded queue takes; past either, what is still on the
+// way is counted as dropped and the record says it is incomplete. Only the call's own events
+// are waited for: another call's volume cannot make it longer.
+var (
+	BarrierIdle  = 5 * time.Second
+	DrainCeiling = 2 * time.Minute
+)
 
 // End stops tracing the call once every event it produced has gone through the pipeline, and
 // writes its record. The launcher calls it after the call's cgroup is empty.
@@ -587,7 +596,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 			errs = append(errs, err)
 		}
 	}
-	if err := a.barrier(c, BarrierTimeout); err != nil {
+	if err := a.barrier(c, BarrierIdle, DrainCeiling); err != nil {
 		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
 		incomplete = append(incomplete, err.Error())
 		c.abandoned.Store(true)
@@ -731,8 +740,9 @@ func (a *Agent) endStuck(c *Call, res Result, errs []error) (*event.CallRecord, 
 }
 
 // barrier returns once every event of c submitted to the ring before it was called has gone
-// through c's worker. It waits for c's own events only.
-func (a *Agent) barrier(c *Call, timeout time.Duration) error {
+// through c's worker. It waits for c's own events only, for as long as the worker advances
+// (an event finished within idle), and no longer than ceiling in all.
+func (a *Agent) barrier(c *Call, idle, ceiling time.Duration) error {
 	done := make(chan struct{})
 	a.barrierMu.Lock()
 	a.barriers = append(a.barriers, barrierReq{c: c, done: done})
@@ -740,13 +750,34 @@ func (a *Agent) barrier(c *Call, timeout time.Duration) error {
 	if err := a.rd.Flush(); err != nil {
 		return fmt.Errorf("flush ring buffer: %w", err)
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-t.C:
-		return fmt.Errorf("the call's events did not go through the pipeline within %s", timeout)
+	all := time.NewTimer(ceiling)
+	defer all.Stop()
+	tick := time.NewTicker(idle)
+	defer tick.Stop()
+	return drainWait(done, c.progress.Load, tick.C, all.C, idle, ceiling)
+}
+
+// drainWait waits for done while progress grows between ticks, until the ceiling.
+func drainWait(done <-chan struct{}, progress func() uint64, tick, ceiling <-chan time.Time, idle, all time.Duration) error {
+	last := progress()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-ceiling:
+			return fmt.Errorf("the call's events did not go through the pipeline within %s", all)
+		case <-tick:
+			now := progress()
+			if now == last {
+				select {
+				case <-done:
+					return nil
+				default:
+				}
+				return fmt.Errorf("the call's stage of the pipeline finished no event for %s", idle)
+			}
+			last = now
+		}
 	}
 }
 

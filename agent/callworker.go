@@ -37,7 +37,9 @@ type worker struct {
 	routed uint64        // under Agent.mu: events handed to in
 	queued atomic.Int64  // bytes of raw records in in
 	taken  atomic.Uint64 // events the worker has finished with
-	ended  bool          // under Agent.mu: End took the call out; nothing more is routed
+	// progress: events the worker has handled one by one (End's drain waits while it grows)
+	progress atomic.Uint64
+	ended    bool // under Agent.mu: End took the call out; nothing more is routed
 
 	// abandoned: End gave up waiting; the worker stops at the event at hand and counts the
 	// rest as lost.
@@ -89,6 +91,7 @@ func (a *Agent) work(c *Call) {
 				c.enrich(&evs[i])
 				a.append(c, evs[i])
 				c.state.Unlock()
+				c.progress.Add(1)
 			}
 			if len(c.in) == 0 {
 				c.state.Lock()
@@ -105,8 +108,9 @@ func (a *Agent) work(c *Call) {
 	}
 }
 
-// route hands a call its events; it never blocks. A full inbox drops them, counted against
-// the call.
+// route hands a call its events; it never blocks. Noise takes the queue up to its share
+// (vital.go); past it, only the batch's vital records are queued; past the whole queue,
+// nothing is. What is left out is dropped, counted against the call.
 func (a *Agent) route(c *Call, b *batch) {
 	n := b.len()
 	a.mu.Lock()
@@ -115,19 +119,26 @@ func (a *Agent) route(c *Call, b *batch) {
 		a.m.orphans.Add(float64(n))
 		return
 	}
+	var dropped uint64
 	size := int64(len(b.buf))
-	if c.queued.Load()+size <= inboxBytes && a.queued.Load()+size <= nodeBytes {
+	if len(c.in) >= noiseBatches || c.queued.Load()+size > noiseBytes || a.queued.Load()+size > nodeNoise {
+		b, dropped = vitalOnly(b)
+		n, size = b.len(), int64(len(b.buf))
+	}
+	if n > 0 && c.queued.Load()+size <= inboxBytes && a.queued.Load()+size <= nodeBytes {
 		select {
 		case c.in <- b:
 			c.queued.Add(size)
 			a.queued.Add(size)
 			c.routed += n
-			return
+			n = 0
 		default:
 		}
 	}
-	a.userDrops[c.slot].Add(n)
-	a.m.drops.WithLabelValues("user").Add(float64(n))
+	if dropped += n; dropped > 0 {
+		a.userDrops[c.slot].Add(dropped)
+		a.m.drops.WithLabelValues("user").Add(float64(dropped))
+	}
 }
 
 // arm registers a barrier at what has been routed to the call so far (reader goroutine, after

@@ -170,6 +170,7 @@ func TestDecode(t *testing.T) {
 	sc.Sc.Nr = 263
 	sc.Path = str("temp/b", 6)
 	sc.Source = uint32(bpf.WireBermSourceBERM_SRC_USER)
+	sc.Changed = uint32(bpf.WireBermChangedBERM_CHANGED_PATH)
 	scRaw := variable(&sc, &sc.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "temp/b")
 
 	var fd bpf.WireBermSyscallPath
@@ -220,10 +221,11 @@ func TestDecode(t *testing.T) {
 		{"exit by signal", raw(&ext), func(e *event.Event) bool { return e.Kind == event.KindExit && e.Exit.Signal == 9 }},
 		{"syscall with path", scRaw, func(e *event.Event) bool {
 			return e.Kind == event.KindSyscall && e.Syscall.Name == "unlinkat" && e.Syscall.Path == "temp/b" &&
-				e.Syscall.PathSource == "user"
+				e.Syscall.PathSource == "user" && e.Syscall.PathChanged && !e.Syscall.Path2Changed
 		}},
 		{"syscall on an fd", fdRaw, func(e *event.Event) bool {
-			return e.Syscall.Name == "ftruncate" && e.Syscall.Path == "/work/report.csv" && e.Syscall.PathSource == "kernel"
+			return e.Syscall.Name == "ftruncate" && e.Syscall.Path == "/work/report.csv" && e.Syscall.PathSource == "kernel" &&
+				!e.Syscall.PathChanged
 		}},
 		{"network denial", raw(&nd), func(e *event.Event) bool {
 			return e.Kind == event.KindDenial && e.Denial.Layer == event.LayerCgroupSock &&

@@ -36,6 +36,13 @@ type WireBermCallCfg struct {
 	StageExe    [16]int8
 }
 
+type WireBermChanged uint32
+
+const (
+	WireBermChangedBERM_CHANGED_PATH  WireBermChanged = 1
+	WireBermChangedBERM_CHANGED_PATH2 WireBermChanged = 2
+)
+
 type WireBermConnect struct {
 	_        structs.HostLayout
 	Hdr      WireBermHdr
@@ -301,6 +308,8 @@ type WireBermSyscallPath struct {
 	Source2 uint32
 	Path    WireBermStr
 	Path2   WireBermStr
+	Changed uint32
+	Pad     uint32
 }
 
 type WireBermSyscounts struct {
@@ -347,6 +356,7 @@ const (
 	WireVarUnusedAggcounts   = "unused_aggcounts"
 	WireVarUnusedAggmask     = "unused_aggmask"
 	WireVarUnusedCallCfg     = "unused_call_cfg"
+	WireVarUnusedChanged     = "unused_changed"
 	WireVarUnusedConnect     = "unused_connect"
 	WireVarUnusedDnsCall     = "unused_dns_call"
 	WireVarUnusedDnsOrig     = "unused_dns_orig"
@@ -441,6 +451,7 @@ type WireVariableSpecs struct {
 	UnusedAggcounts   *ebpf.VariableSpec `ebpf:"unused_aggcounts"`
 	UnusedAggmask     *ebpf.VariableSpec `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.VariableSpec `ebpf:"unused_call_cfg"`
+	UnusedChanged     *ebpf.VariableSpec `ebpf:"unused_changed"`
 	UnusedConnect     *ebpf.VariableSpec `ebpf:"unused_connect"`
 	UnusedDnsCall     *ebpf.VariableSpec `ebpf:"unused_dns_call"`
 	UnusedDnsOrig     *ebpf.VariableSpec `ebpf:"unused_dns_orig"`
@@ -511,6 +522,7 @@ type WireVariables struct {
 	UnusedAggcounts   *ebpf.Variable `ebpf:"unused_aggcounts"`
 	UnusedAggmask     *ebpf.Variable `ebpf:"unused_aggmask"`
 	UnusedCallCfg     *ebpf.Variable `ebpf:"unused_call_cfg"`
+	UnusedChanged     *ebpf.Variable `ebpf:"unused_changed"`
 	UnusedConnect     *ebpf.Variable `ebpf:"unused_connect"`
 	UnusedDnsCall     *ebpf.Variable `ebpf:"unused_dns_call"`
 	UnusedDnsOrig     *ebpf.Variable `ebpf:"unused_dns_orig"`

@@ -71,6 +71,8 @@ struct pending {
 	__u32 addrlen;
 	struct berm_str path;
 	struct berm_str path2;
+	__u64 uptr1; /* the user pointers path and path2 were read from (source USER) */
+	__u64 uptr2;
 	__u8 addr[128];
 	char p1[BERM_PATH_MAX];
 	char p2[BERM_PATH_MAX];
@@ -259,6 +261,8 @@ static __noinline int capture(struct pt_regs *regs, long nr)
 	p->source2 = BERM_SRC_NONE;
 	p->path.len = 0;
 	p->path2.len = 0;
+	p->uptr1 = 0;
+	p->uptr2 = 0;
 	if (nr == NR_connect) {
 		__u32 len = regs->dx;
 		if (len > sizeof(p->addr))
@@ -281,11 +285,13 @@ static __noinline int capture(struct pt_regs *regs, long nr)
 			p->path.len = berm_fd_path(p->p1, task, regs->di, &p->path.full);
 			p->source = BERM_SRC_KERNEL;
 		} else if (i >= 0) {
-			read_user_str(p->p1, (const char *)arg_of(regs, i), &p->path);
+			p->uptr1 = arg_of(regs, i);
+			read_user_str(p->p1, (const char *)p->uptr1, &p->path);
 			p->source = BERM_SRC_USER;
 		}
 		if (j >= 0) {
-			read_user_str(p->p2, (const char *)arg_of(regs, j), &p->path2);
+			p->uptr2 = arg_of(regs, j);
+			read_user_str(p->p2, (const char *)p->uptr2, &p->path2);
 			p->source2 = BERM_SRC_USER;
 		}
 		return 0;
@@ -512,6 +518,62 @@ static __always_inline int counted_only(struct berm_call_cfg *cfg, long nr, long
 	return 1;
 }
 
+struct same_ctx {
+	__u32 len;
+	__u32 second; /* comparing path2 */
+	__u32 differ;
+};
+
+/* One 8-byte word of the string read again (walk scratch) against the entry's copy. */
+static long same_step(__u64 i, void *ctx)
+{
+	struct same_ctx *c = ctx;
+	__u32 zero = 0;
+	struct berm_walkbuf *b = bpf_map_lookup_elem(&berm_walk_scratch, &zero);
+	struct pending *p = pending_of(bpf_get_current_task_btf(), 0);
+	if (!b || !p) {
+		c->differ = 1;
+		return 1;
+	}
+	__u32 off = ((__u32)i * 8) & (BERM_PATH_MAX - 8); /* bounded for the verifier */
+	if ((__u32)i * 8 >= c->len || i >= BERM_PATH_MAX / 8)
+		return 1;
+	__u64 x = *(__u64 *)&b->b[off];
+	__u64 y = c->second ? *(__u64 *)&p->p2[off] : *(__u64 *)&p->p1[off];
+	__u32 left = c->len - off;
+	if (left < 8) { /* past the string: bytes of earlier reads */
+		__u64 mask = (1ULL << ((left & 7) * 8)) - 1;
+		x &= mask;
+		y &= mask;
+	}
+	if (x != y) {
+		c->differ = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Read a path argument again at the syscall's exit and say whether it differs from what its
+ * entry read (len bytes in the task's pending capture): another thread rewrote it while the
+ * kernel used it. Unreadable now (unmapped during the call) counts as changed.
+ */
+static __noinline int user_changed(__u64 uptr, __u32 len, __u32 second)
+{
+	__u32 zero = 0;
+	struct berm_walkbuf *b = bpf_map_lookup_elem(&berm_walk_scratch, &zero);
+	if (!b || !uptr)
+		return 0;
+	long r = bpf_probe_read_user_str(b->b, BERM_PATH_MAX, (const char *)uptr);
+	if (r <= 0)
+		return 1;
+	if ((__u32)(r - 1) != len)
+		return 1;
+	struct same_ctx c = {.len = len, .second = second};
+	bpf_loop(BERM_PATH_MAX / 8, same_step, &c, 0);
+	return c.differ;
+}
+
 static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs, long nr, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -538,6 +600,8 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	e->path.full = 0;
 	e->path2.len = 0;
 	e->path2.full = 0;
+	e->changed = 0;
+	e->pad = 0;
 	struct pending *p = pending_of(task, 0);
 	if (!p || p->nr != nr) {
 		/* The entry tracepoint did not run: seccomp refused the call before it. Nothing was
@@ -547,6 +611,11 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	}
 	if (p && p->nr == nr) {
 		p->nr = NR_NONE;
+		/* What the entry read from user memory, read again now: a change is a race. */
+		if (p->source == BERM_SRC_USER && p->path.len && user_changed(p->uptr1, p->path.len, 0))
+			e->changed |= BERM_CHANGED_PATH;
+		if (p->source2 == BERM_SRC_USER && p->path2.len && user_changed(p->uptr2, p->path2.len, 1))
+			e->changed |= BERM_CHANGED_PATH2;
 		e->source = p->source;
 		e->source2 = p->source2;
 		e->path = p->path;

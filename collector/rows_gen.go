@@ -75,6 +75,7 @@ type eventRow struct {
 	addr              [16]byte
 	port              uint16
 	syscall           string
+	pathChanged       uint8
 	rule              string
 	approvalOutcome   string
 	approvalID        string
@@ -132,6 +133,7 @@ func rowOf(e *event.Event, detail string) eventRow {
 		r.path = e.Syscall.Path
 		r.result = e.Syscall.Result
 		r.errno = e.Syscall.Errno
+		r.pathChanged = boolColumn(e.Syscall.PathChanged)
 	case e.Denial != nil:
 		r.rule = e.Denial.Rule
 		r.path = e.Denial.Object
@@ -189,6 +191,7 @@ type eventRows struct {
 	addr              [][16]byte
 	port              []uint16
 	syscall           []string
+	pathChanged       []uint8
 	rule              []string
 	approvalOutcome   []string
 	approvalID        []string
@@ -226,6 +229,7 @@ func (r *eventRows) add(e *eventRow) {
 	r.addr = append(r.addr, e.addr)
 	r.port = append(r.port, e.port)
 	r.syscall = append(r.syscall, e.syscall)
+	r.pathChanged = append(r.pathChanged, e.pathChanged)
 	r.rule = append(r.rule, e.rule)
 	r.approvalOutcome = append(r.approvalOutcome, e.approvalOutcome)
 	r.approvalID = append(r.approvalID, e.approvalID)
@@ -239,7 +243,7 @@ func (r *eventRows) add(e *eventRow) {
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 32)
+	cols := make([]column, 0, 33)
 	cols = append(cols, column{"call_id", r.callID})
 	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
@@ -264,6 +268,7 @@ func (r *eventRows) columns(d Dialect) []column {
 	cols = append(cols, column{"addr", addrValues(d, r.addr)})
 	cols = append(cols, column{"port", r.port})
 	cols = append(cols, column{"syscall", r.syscall})
+	cols = append(cols, column{"path_changed", r.pathChanged})
 	cols = append(cols, column{"rule", r.rule})
 	cols = append(cols, column{"approval_outcome", r.approvalOutcome})
 	cols = append(cols, column{"approval_id", r.approvalID})
@@ -301,6 +306,7 @@ func (r *eventRows) reset(n int) {
 	r.addr = resize(r.addr, n)
 	r.port = resize(r.port, n)
 	r.syscall = resize(r.syscall, n)
+	r.pathChanged = resize(r.pathChanged, n)
 	r.rule = resize(r.rule, n)
 	r.approvalOutcome = resize(r.approvalOutcome, n)
 	r.approvalID = resize(r.approvalID, n)

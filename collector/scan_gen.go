@@ -300,6 +300,12 @@ func (sc *scanner) syscall(x *event.Syscall) {
 		x.Path2Len = sc.uint32()
 		sc.check(x.Path2Len != 0)
 	}
+	if sc.has(`,"path_changed":`) {
+		x.PathChanged = sc.isTrue()
+	}
+	if sc.has(`,"path2_changed":`) {
+		x.Path2Changed = sc.isTrue()
+	}
 	sc.expect('}')
 }
 

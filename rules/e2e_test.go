@@ -38,6 +38,24 @@ func pySyscall(body string) []string {
 		body}
 }
 
+// pathRace flips a path buffer between two names in a thread while unlinking through it (ctypes
+// releases the interpreter lock around both, so they run at once).
+const pathRace = `import threading
+buf = ctypes.create_string_buffer(32)
+stop = []
+def flip():
+    while not stop:
+        ctypes.memmove(buf, b"/tmp/d37/harmless\0", 18)
+        ctypes.memmove(buf, b"/tmp/precious\0", 14)
+t = threading.Thread(target=flip)
+t.start()
+for i in range(20000):
+    open("/tmp/precious", "w").close()
+    libc.unlink(buf)
+stop.append(1)
+t.join()
+`
+
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
 
 // openOnly opens a path the way a write would, without writing anything: the cases that touch
@@ -84,6 +102,8 @@ var e2eCases = []e2eCase{
 	{rule: "escape-cgroup-move", cmd: pySyscall("open('/tmp/x', 'w').close()\nattempt(lambda: os.rename('/tmp/x', '/sys/fs/cgroup/unified/x'))\n")},
 	{rule: "escape-unshare", cmd: pySyscall("sc(272, 0x10000000)\n")},
 	{rule: "escape-setns", cmd: pySyscall("fd = os.open('/proc/self/ns/mnt', os.O_RDONLY)\nsc(308, fd, 0)\n")},
+	// a thread rewrites the path buffer while the main thread unlinks through it
+	{rule: "escape-path-race", cmd: pySyscall(pathRace)},
 	{rule: "escape-mount", cmd: pySyscall("sc(165, b'none', b'/tmp', b'tmpfs', 0, 0)\n")},
 	{rule: "escape-chroot", cmd: pySyscall("sc(161, b'/tmp')\n")},
 	{rule: "escape-ptrace", cmd: pySyscall("sc(101, 16, 1, 0, 0)\n")},

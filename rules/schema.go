@@ -155,6 +155,9 @@ var variables = []struct {
 		field{"path2", types.StringType, str(func(v any) string { return v.(*event.Syscall).Path2 })},
 		field{"result", types.IntType, num(func(v any) int64 { return v.(*event.Syscall).Result })},
 		field{"errno", types.StringType, str(func(v any) string { return v.(*event.Syscall).Errno })},
+		// the path (path2) read at entry differed at exit: rewritten while the kernel used it
+		field{"path_changed", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).PathChanged })},
+		field{"path2_changed", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).Path2Changed })},
 	)},
 	{"denial", event.KindDenial, newObjType("berm.Denial",
 		field{"layer", types.StringType, str(func(v any) string { return v.(*event.Denial).Layer })},

@@ -199,6 +199,12 @@ type Syscall struct {
 	PathLen        uint32 `json:"path_len,omitempty"`        // whole length of Path; 0 when not known
 	Path2Truncated bool   `json:"path2_truncated,omitempty"` // Path2 is cut; Path2Len is its whole length
 	Path2Len       uint32 `json:"path2_len,omitempty"`       // whole length of Path2; 0 when not known
+	// PathChanged: Path, read from the caller's memory at the syscall's entry, was not the
+	// same when read again at its exit (another thread rewrote it while the kernel used it):
+	// Path may not name what the kernel acted on.
+	PathChanged bool `json:"path_changed,omitempty" ch:"path_changed"`
+	// Path2Changed: Path2 was not the same at the syscall's exit as at its entry.
+	Path2Changed bool `json:"path2_changed,omitempty"`
 }
 
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode

@@ -27,9 +27,8 @@ type Judge struct {
 	NoExec bool
 
 	// resolved caches canonical forms: an import-heavy tool probes the same directories
-	// hundreds of times, and resolving walks every component with lstat. Only the decoder
-	// goroutine judges a call's events, so no lock.
-	resolved map[string]string
+	// hundreds of times. Only the call's worker judges its events, so no lock.
+	resolved resolver
 }
 
 const maxResolved = 4096
@@ -49,28 +48,7 @@ func (p *Judge) resolve(path string, dirfd int32) (string, bool) {
 		}
 		path = filepath.Join(p.Workspace, path)
 	}
-	path = filepath.Clean(path)
-	if canon, ok := p.resolved[path]; ok {
-		return canon, true
-	}
-	canon := canonical(path)
-	if p.resolved == nil || len(p.resolved) >= maxResolved {
-		p.resolved = make(map[string]string, 64)
-	}
-	p.resolved[path] = canon
-	return canon, true
-}
-
-// canonical resolves symlinks the way the compiled ruleset did (/bin -> usr/bin): system paths
-// are the same files inside the call and outside.
-func canonical(path string) string {
-	if canon, err := filepath.EvalSymlinks(path); err == nil {
-		return canon
-	}
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
-		return filepath.Join(dir, filepath.Base(path))
-	}
-	return path
+	return p.resolved.canonical(filepath.Clean(path)), true
 }
 
 func (p *Judge) masked(path string) bool {

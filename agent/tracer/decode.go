@@ -126,6 +126,8 @@ func decodeSyscallPath(e *bpf.WireBermSyscallPath, b []byte, ev *event.Event) er
 	if p2.Truncated {
 		sc.Path2Len = p2.Full
 	}
+	sc.PathChanged = e.Changed&uint32(bpf.WireBermChangedBERM_CHANGED_PATH) != 0
+	sc.Path2Changed = e.Changed&uint32(bpf.WireBermChangedBERM_CHANGED_PATH2) != 0
 	return t.Err()
 }
 

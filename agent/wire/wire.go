@@ -103,3 +103,12 @@ func Decode(raw []byte, ev *event.Event) error {
 	}
 	return nil
 }
+
+// As views a raw record as a T without decoding it, if the record holds one.
+func As[T any](raw []byte) (*T, bool) {
+	var zero T
+	if len(raw) < int(unsafe.Sizeof(zero)) {
+		return nil, false
+	}
+	return (*T)(unsafe.Pointer(&raw[0])), true
+}

@@ -174,6 +174,19 @@ struct berm_syscall_path {
 	__u32 source2;   /* and of path2 */
 	struct berm_str path;
 	struct berm_str path2;
+	__u32 changed;   /* enum berm_changed: a user-memory path read again at exit differed */
+	__u32 pad;
+};
+
+/*
+ * A path read from user memory (source USER) is read again at the syscall's exit: if another
+ * thread rewrote it while the kernel used it (or unmapped it), what was read at entry may not
+ * be what the kernel acted on, and the record says so. A rewrite that put the entry's bytes
+ * back before the exit is not seen: the flag is evidence of a race, not proof of its absence.
+ */
+enum berm_changed {
+	BERM_CHANGED_PATH = 1,
+	BERM_CHANGED_PATH2 = 2,
 };
 
 /* Per-call syscall counters: one value per slot, so reading a call's counts is one lookup. */

@@ -219,3 +219,9 @@ ALTER TABLE berm.events ADD COLUMN dns_verdict String;
 ALTER TABLE berm.calls_local ADD COLUMN dropped_dns UInt64;
 
 ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;
+
+-- migration 0010 add_path_changed
+
+ALTER TABLE berm.events_local ADD COLUMN path_changed UInt8;
+
+ALTER TABLE berm.events ADD COLUMN path_changed UInt8;

@@ -218,3 +218,9 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict Low
 ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
 
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
+
+-- migration 0010 add_path_changed
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS path_changed UInt8;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS path_changed UInt8;
