@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 func main() {
@@ -37,6 +38,12 @@ func main() {
 			os.Exit(o.Remote())
 		}
 		if os.Geteuid() != 0 {
+			if c, err := callproto.Dial(o.Socket); err == nil {
+				c.Close()
+			} else if errors.Is(err, syscall.EACCES) {
+				fmt.Fprintf(os.Stderr, "berm: bermd at %s does not serve uid %d: its --access file names neither you nor a group of yours\n", o.Socket, os.Geteuid())
+				os.Exit(1)
+			}
 			fmt.Fprintf(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF) when no bermd answers at %s: try sudo, or run bermd with an --access file that names you\n", o.Socket)
 			os.Exit(1)
 		}
