@@ -257,12 +257,13 @@ func (s *Server) handle(conn *net.UnixConn) {
 		return
 	}
 	sv.Request = time.Now()
+	if req.CallID == "" {
+		req.CallID = newCallID()
+		setEnv(req.Env, "BERM_CALL_ID", req.CallID)
+	}
 	fresh := false
 	if req.Workspace == "" {
 		// The protocol's fresh workspace: made for this call, removed after it.
-		if req.CallID == "" {
-			req.CallID = newCallID()
-		}
 		if err := sandboxer.ValidName("call_id", req.CallID); err != nil {
 			refuse("%v", err)
 			return
