@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,7 +63,7 @@ func main() {
 
 // reloadAccess reads the access file again on SIGHUP; a file with errors is reported and the
 // access in force stays.
-func reloadAccess(ctx context.Context, log *slog.Logger, srv *daemon.Server, path string) {
+func reloadAccess(ctx context.Context, log *slog.Logger, srv *daemon.Server, path string, now *atomic.Pointer[access.File]) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -77,6 +78,7 @@ func reloadAccess(ctx context.Context, log *slog.Logger, srv *daemon.Server, pat
 			log.Error("access file not reloaded: the previous one stays in force", "err", err)
 			continue
 		}
+		now.Store(f)
 		if err := srv.SetAccess(f); err != nil {
 			log.Error("access file reloaded, socket not updated", "err", err)
 			continue
@@ -179,7 +181,20 @@ func run(log *slog.Logger, o options) error {
 	}
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
-	approvals, stopApprovals, err := startApprovals(log, reg, o)
+	// The decide right: with an access file, a decision over the approval API by anyone but
+	// root needs it in the call's tenant (on top of being one of the rule's approvers).
+	var accessNow atomic.Pointer[access.File]
+	accessNow.Store(acc)
+	var decide func(int, string) error
+	if o.access != "" {
+		decide = func(uid int, tenant string) error {
+			if uid < 0 {
+				return fmt.Errorf("access: the decision's maker is unknown: decisions of tenant %q need the decide right", tenant)
+			}
+			return accessNow.Load().Check(access.PeerOf(uint32(uid)), tenant, access.Decide)
+		}
+	}
+	approvals, stopApprovals, err := startApprovals(log, reg, o, decide)
 	if err != nil {
 		return err
 	}
@@ -195,7 +210,7 @@ func run(log *slog.Logger, o options) error {
 		return err
 	}
 	if o.access != "" {
-		go reloadAccess(ctx, log, srv, o.access)
+		go reloadAccess(ctx, log, srv, o.access, &accessNow)
 	}
 	go func() {
 		if err := srv.Serve(); err != nil {

@@ -77,6 +77,14 @@ func Handler(b *Broker, token string) http.Handler {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
+		if b.decideAccess != nil && !isAdmin(r, token) {
+			if tenant, ok := b.tenantOf(r.PathValue("id")); ok {
+				if err := b.decideAccess(peerUID(r), tenant); err != nil {
+					http.Error(w, err.Error(), http.StatusForbidden)
+					return
+				}
+			}
+		}
 		if err := b.Decide(r.PathValue("id"), body.Decision == "approve", by, ChannelAPI, body.Reason); err != nil {
 			code := http.StatusNotFound
 			if errors.Is(err, ErrNotApprover) {
