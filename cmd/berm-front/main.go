@@ -41,7 +41,7 @@ func main() {
 			if c, err := callproto.Dial(o.Socket); err == nil {
 				c.Close()
 			} else if errors.Is(err, syscall.EACCES) {
-				fmt.Fprintf(os.Stderr, "berm: bermd at %s does not serve uid %d: its --access file names neither you nor a group of yours\n", o.Socket, os.Geteuid())
+				fmt.Fprintf(os.Stderr, "berm: bermd at %s does not serve uid %d (it serves root and the users and groups its --access file names): try sudo\n", o.Socket, os.Geteuid())
 				os.Exit(1)
 			}
 			fmt.Fprintf(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF) when no bermd answers at %s: try sudo, or run bermd with an --access file that names you\n", o.Socket)
