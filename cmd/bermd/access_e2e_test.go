@@ -250,8 +250,28 @@ func TestAccessServesNonRootCallersByTenant(t *testing.T) {
 			}
 		})
 	}
+	// The Go front (a terminal on stdin takes it) speaks the JSON request: the same decisions.
+	goFront := filepath.Join(filepath.Dir(s.bermBin), "berm-front")
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		exit   int
+		stdout string
+		stderr string
+	}{
+		{"the Go front runs a tenant's call in a workspace bermd makes", []string{"--call-id", "acc-go", "--", "/bin/sh", "-c", "echo go $BERM_TENANT; case $HOME in /run/berm/workspaces/acc-go-*) echo home;; esac"}, 0, "go acme\nhome\n", ""},
+		{"the Go front is refused another tenant", []string{"--tenant", "beta", "--", "/bin/true"}, 1, "", `no "run" right in tenant "beta"`},
+		{"the Go front is refused another's workspace", []string{"--workspace", s.betaWS, "--", "/bin/true"}, 1, "", "not by the caller"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.acme.as(t, s.dir, nil, goFront, append([]string{"run", "--socket", s.d.socket}, tc.args...)...)
+			if r.Exit != tc.exit || r.Stdout != tc.stdout || !strings.Contains(r.Stderr, tc.stderr) {
+				t.Fatalf("exit %d stdout %q stderr %q; want exit %d stdout %q stderr containing %q", r.Exit, r.Stdout, r.Stderr, tc.exit, tc.stdout, tc.stderr)
+			}
+		})
+	}
 	// The records: each call in the tenant bermd decided, the workspace's files its owner's.
-	for id, tenant := range map[string]string{"acc-1": "acme", "acc-2": "acme", "acc-3": "acme", "acc-4": "beta"} {
+	for id, tenant := range map[string]string{"acc-1": "acme", "acc-2": "acme", "acc-3": "acme", "acc-4": "beta", "acc-go": "acme"} {
 		if c := s.d.call(t, id); c.Start.Tenant != tenant {
 			t.Errorf("call %s recorded in tenant %q, want %q", id, c.Start.Tenant, tenant)
 		}
