@@ -209,6 +209,9 @@ func TestAccessServesNonRootCallersByTenant(t *testing.T) {
 	otherWS := filepath.Join(s.dir, "root-ws") // root's, writable by all: not the caller's own
 	os.Mkdir(otherWS, 0o777)
 	os.Chmod(otherWS, 0o777)
+	link := filepath.Join(s.acmeWS, "to-beta") // acme's own symlink into beta's workspace
+	os.Symlink(s.betaWS, link)
+	os.Lchown(link, int(s.acme.uid), int(s.acme.gid))
 	for _, tc := range []struct {
 		name   string
 		u      testUser
@@ -229,6 +232,8 @@ func TestAccessServesNonRootCallersByTenant(t *testing.T) {
 			args: []string{"--policy", s.unlisted, "--workspace", s.acmeWS, "--", "/bin/true"}, exit: 1, stderr: "policy " + s.unlisted + " is not one of the tenant's"},
 		{name: "a workspace of another user is refused", u: s.acme,
 			args: []string{"--workspace", s.betaWS, "--", "/bin/true"}, exit: 1, stderr: "not by the caller"},
+		{name: "a symlink of the caller's own into another's workspace is refused", u: s.acme,
+			args: []string{"--workspace", link, "--", "/bin/true"}, exit: 1, stderr: "workspace"},
 		{name: "a workspace the caller can write but does not own is refused", u: s.acme,
 			args: []string{"--workspace", otherWS, "--", "/bin/true"}, exit: 1, stderr: "owned by uid 0, not by the caller"},
 		{name: "caps looser than the policy's are refused", u: s.acme,
@@ -414,4 +419,68 @@ func systemPython(t *testing.T) string {
 	}
 	t.Skip("no python3 every user can execute")
 	return ""
+}
+
+// A caller swapping its workspace for another user's while its calls start (renames in a
+// shared directory it may write, not sticky) never gets a call into the other's directory:
+// bermd checks the owner of the directory the launcher holds, not the path.
+func TestAccessWorkspaceSwapRaceRunsNothingInAnothersDirectory(t *testing.T) {
+	s := setupAccess(t)
+	shared := filepath.Join(s.dir, "shared")
+	os.Mkdir(shared, 0o777)
+	os.Chmod(shared, 0o777) // not sticky: acme may rename beta's directory in it
+	mine, theirs := filepath.Join(shared, "ws"), filepath.Join(shared, "beta")
+	os.Mkdir(mine, 0o755)
+	os.Chown(mine, int(s.acme.uid), int(s.acme.gid))
+	os.Mkdir(theirs, 0o777) // open, so that a call landing there could leave its marker
+	os.Chmod(theirs, 0o777)
+	os.Chown(theirs, int(s.beta.uid), int(s.beta.gid))
+	stop := filepath.Join(s.dir, "stop-swapping")
+	swapper := exec.Command(systemPython(t), "-c", `
+import os, sys
+d, stop = sys.argv[1], sys.argv[2]
+ws, beta, tmp = d + "/ws", d + "/beta", d + "/tmp"
+while not os.path.exists(stop):
+    try:
+        os.rename(ws, tmp); os.rename(beta, ws)   # beta's directory at the workspace's path
+        os.rename(ws, beta); os.rename(tmp, ws)   # and back
+    except OSError:
+        pass
+`, shared, stop)
+	swapper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: s.acme.uid, Gid: s.acme.gid, Groups: s.acme.groups}}
+	if err := swapper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		os.WriteFile(stop, nil, 0o644)
+		swapper.Wait()
+	}()
+	ran, refused := 0, 0
+	for i := range 40 {
+		r := s.acme.as(t, s.dir, nil, s.bermBin, "run", "--socket", s.d.socket, "--workspace", mine, "--", "/bin/sh", "-c", fmt.Sprintf("touch marker-%d", i))
+		switch {
+		case r.Exit == 0:
+			ran++
+		case r.Exit == 1 && strings.HasPrefix(r.Stderr, "berm: "):
+			refused++ // beta's directory (not the caller's), or none at the path mid-swap
+		default:
+			t.Fatalf("call %d: exit %d %q", i, r.Exit, r.Stderr)
+		}
+	}
+	os.WriteFile(stop, nil, 0o644)
+	swapper.Wait()
+	entries, _ := os.ReadDir(theirs)
+	if _, err := os.Stat(filepath.Join(shared, "tmp")); err == nil {
+		entries2, _ := os.ReadDir(filepath.Join(shared, "ws")) // left mid-swap: ws is beta's
+		entries = append(entries, entries2...)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "marker-") {
+			t.Fatalf("a call ran in beta's directory: %s", e.Name())
+		}
+	}
+	t.Logf("%d calls ran in acme's directory, %d were refused on beta's", ran, refused)
+	if refused == 0 {
+		t.Log("the swap never landed on a call's check: the race was not exercised this run")
+	}
 }

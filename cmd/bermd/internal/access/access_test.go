@@ -173,3 +173,13 @@ func TestLoadReadsTheFile(t *testing.T) {
 		t.Fatalf("Load = %v", err)
 	}
 }
+
+// What bermd pays per connection of a caller that is not root: its groups read from the user
+// database, and the decision.
+func BenchmarkPeerOfAndRun(b *testing.B) {
+	f := file()
+	for b.Loop() {
+		p := PeerOf(65534)
+		_ = f.Run(p, "acme", "")
+	}
+}
