@@ -48,6 +48,10 @@ func Handler(b *Broker, token string) http.Handler {
 		now := time.Now()
 		var out []PendingView
 		for _, p := range b.List() {
+			// With bermd's access, a caller sees only the tenants it may decide in.
+			if b.decideAccess != nil && !isAdmin(r, token) && b.decideAccess(peerUID(r), p.Tenant) != nil {
+				continue
+			}
 			out = append(out, PendingView{Request: p, AgeSeconds: p.Age(now).Seconds()})
 		}
 		if out == nil {

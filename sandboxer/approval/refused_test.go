@@ -123,6 +123,25 @@ func TestDecisionsNeedTheTenantsDecideRight(t *testing.T) {
 		}()
 	}
 	pending := waitPending(t, b, 2)
+	list := func(tok string) []PendingView {
+		r, _ := http.NewRequest("GET", srv.URL+"/v1/approvals", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out []PendingView
+		json.NewDecoder(resp.Body).Decode(&out)
+		return out
+	}
+	if l := list(eveTok); len(l) != 1 || l[0].Tenant != "beta" {
+		t.Fatalf("eve lists %+v, want beta's request only", l)
+	}
+	if l := list("admin-token-0123456789"); len(l) != 2 {
+		t.Fatalf("root lists %d requests, want 2", len(l))
+	}
+	asked = nil
 	for _, tc := range []struct {
 		tenant, tok string
 		code        int
