@@ -75,6 +75,12 @@ type Service struct {
 
 // Launch runs one call to its end with the caller's stdio; stops end it early.
 func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop) callproto.Reply {
+	return s.LaunchChecked(req, stdio, stops, nil)
+}
+
+// LaunchChecked is Launch, with checkWorkspace asked about the workspace the call gets (see
+// Spec.CheckWorkspace).
+func (s *Service) LaunchChecked(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop, checkWorkspace func(fd int) error) callproto.Reply {
 	spec, err := FromRequest(req)
 	if err != nil {
 		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
@@ -83,12 +89,13 @@ func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan
 		return callproto.Reply{Error: "bermd has no sandbox init (berm-init) to launch calls with", ExitStatus: 125}
 	}
 	spec.Init, spec.Pool, spec.Stops, spec.Approvals = s.Init, s.Pool, stops, s.Approvals
+	spec.CheckWorkspace = checkWorkspace
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
 	out, err := Run(spec, Local{Agent: s.Agent})
 	if out == nil {
 		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
 	}
-	rep := callproto.Reply{Record: out.Record, ExitStatus: out.ExitStatus}
+	rep := callproto.Reply{Version: callproto.Version, Record: out.Record, ExitStatus: out.ExitStatus}
 	if err != nil {
 		rep.Warning = err.Error()
 	}

@@ -65,6 +65,10 @@ type Spec struct {
 	Approvals *approval.Broker
 	// DNSUpstream overrides the node resolver's upstream for this call (empty: the node's).
 	DNSUpstream string
+	// CheckWorkspace, when set, is asked about the workspace as it is held open (an O_PATH
+	// descriptor, after its resolution) before anything uses it: bermd's check that a caller
+	// who is not root names a directory of its own, on the directory the call will get.
+	CheckWorkspace func(fd int) error
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -195,6 +199,11 @@ func prepare(spec *Spec) (_ *prepared, err error) {
 	}()
 	if p.wsDir, err = openWorkspaceDir(spec.Workspace, deniedTrees(spec.Policy)); err != nil {
 		return nil, err
+	}
+	if spec.CheckWorkspace != nil {
+		if err := spec.CheckWorkspace(p.wsDir.fd); err != nil {
+			return nil, fmt.Errorf("workspace %s: %w", spec.Workspace, err)
+		}
 	}
 	if p.wsDir.Path != spec.Workspace {
 		spec.Env = retargetHome(spec.Env, spec.Workspace, p.wsDir.Path)

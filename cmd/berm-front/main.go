@@ -1,6 +1,6 @@
 // Command berm-front is berm's Go front, which the C front (cmd/berm) executes for what it
 // does not do itself: a terminal on stdin (the pty relay), a bermd started on demand, a
-// caller that is not root, every command but run. It links only what handing a call to
+// caller that is not root when no bermd answers, every command but run. It links only what handing a call to
 // bermd needs (cmd/internal/runcli). Every other command, and `berm run` with the agent
 // embedded (no bermd), is berm-full's: this binary executes it from its own directory, with
 // the same arguments.
@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 func main() {
@@ -31,12 +32,20 @@ func main() {
 			}
 			os.Exit(2)
 		}
-		if os.Geteuid() != 0 {
-			fmt.Fprintln(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF): try sudo")
-			os.Exit(1)
-		}
+		// A caller that is not root is served by a bermd that answers, if its access file
+		// lets it (bermd decides); without one, the embedded agent needs root.
 		if o.ViaDaemon() {
 			os.Exit(o.Remote())
+		}
+		if os.Geteuid() != 0 {
+			if c, err := callproto.Dial(o.Socket); err == nil {
+				c.Close()
+			} else if errors.Is(err, syscall.EACCES) {
+				fmt.Fprintf(os.Stderr, "berm: bermd at %s does not serve uid %d (it serves root and the users and groups its --access file names): try sudo\n", o.Socket, os.Geteuid())
+				os.Exit(1)
+			}
+			fmt.Fprintf(os.Stderr, "berm: run needs root (cgroups, namespaces, eBPF) when no bermd answers at %s: try sudo, or run bermd with an --access file that names you\n", o.Socket)
+			os.Exit(1)
 		}
 	}
 	self, err := os.Executable()

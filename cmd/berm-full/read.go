@@ -11,10 +11,14 @@ import (
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/collector/audit"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // openSource opens --source: the local journal by default.
 func openSource(stateDir, source string) (audit.Source, func(), error) {
+	if viaBermd(stateDir, source) {
+		return bermdSource{socket: bermdSocket()}, func() {}, nil
+	}
 	if source == "" || source == "journal" {
 		return audit.Journal{Dir: filepath.Join(stateDir, "journal")}, func() {}, nil
 	}
@@ -156,7 +160,18 @@ func cmdTimeline(args []string) int {
 	return 0
 }
 
+// bermdSocket is bermd's socket for the read requests: $BERM_SOCKET, else the default.
+func bermdSocket() string {
+	if s := os.Getenv("BERM_SOCKET"); s != "" {
+		return s
+	}
+	return callproto.DefaultSocket
+}
+
 func sourceName(stateDir, source string) string {
+	if viaBermd(stateDir, source) {
+		return "bermd's trail"
+	}
 	if source == "" || source == "journal" {
 		return filepath.Join(stateDir, "journal")
 	}

@@ -7,7 +7,7 @@
 // (cmd/internal/runcli.Invoke), resolves the call in the caller's context, launches it and
 // answers with what to print, the exit status and the --summary bytes, which this process
 // writes itself. Everything else is berm's Go front, berm-front beside this binary, executed
-// with the same arguments: another command, a caller that is not root, a terminal on stdin
+// with the same arguments: another command, a terminal on stdin
 // (the pty relay), no bermd answering (started on demand, or the embedded agent), or a call
 // bermd sends back (--daemon never, --state-dir, another bermd's --socket).
 #define _GNU_SOURCE
@@ -118,8 +118,11 @@ static void put32(char *p, uint32_t v) { memcpy(p, &v, 4); } // little-endian ho
 int main(int argc, char **argv) {
 	g_argv = argv;
 	struct termios t;
-	if (argc < 3 || strcmp(argv[1], "run") != 0 || geteuid() != 0 || ioctl(0, TCGETS, &t) == 0)
+	if (argc < 3 || strcmp(argv[1], "run") != 0 || ioctl(0, TCGETS, &t) == 0)
 		go_front();
+	// A caller that is not root is bermd's to serve or refuse (bermd --access decides from
+	// the connection's credentials); with no bermd answering, the Go front says run needs root.
+	int root = geteuid() == 0;
 
 	// Where bermd is: --socket as the flags say it, read only to find it (bermd parses the
 	// flags and sends a call meant for another socket back to the Go front).
@@ -142,10 +145,12 @@ int main(int argc, char **argv) {
 	// on demand does not leave while its caller is about to reach it (callproto.CallerLock).
 	char lock[PATH_MAX];
 	snprintf(lock, sizeof lock, "%s.lock", socket_path);
+	// A caller that is not root cannot open it (root's) and goes without: it cannot start a
+	// bermd on demand either.
 	int lfd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
-	if (lfd < 0) go_front();
-	int rc;
-	while ((rc = flock(lfd, LOCK_SH)) < 0 && errno == EINTR) {
+	if (lfd < 0 && root) go_front();
+	int rc = 0;
+	while (lfd >= 0 && (rc = flock(lfd, LOCK_SH)) < 0 && errno == EINTR) {
 	}
 	if (rc < 0) go_front();
 

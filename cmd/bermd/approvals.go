@@ -18,7 +18,8 @@ import (
 // startApprovals makes bermd's approval broker and serves its API (berm approvals, approve,
 // deny) on its own socket in the approvals directory (approvalsName): one per bermd. A
 // second bermd with the same control socket refuses to start rather than take the first's.
-func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*approval.Broker, func() error, error) {
+// decide, when set, says whether a uid may decide a tenant's calls (bermd --access).
+func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options, decide func(uid int, tenant string) error) (*approval.Broker, func() error, error) {
 	var hook *approval.Webhook
 	if o.webhookURL != "" {
 		if o.webhookSecret == "" {
@@ -34,7 +35,7 @@ func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*ap
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who})
+	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who, DecideAccess: decide})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -194,8 +194,18 @@ func TestFrontRefusesWhoIsNotRoot(t *testing.T) {
 		}
 		outs = append(outs, string(out))
 	}
-	if outs[0] != outs[1] || outs[0] != "berm: run needs root (cgroups, namespaces, eBPF): try sudo\n" {
+	if want := "berm: bermd at " + d.socket + " does not serve uid 65534 (it serves root and the users and groups its --access file names): try sudo\n"; outs[0] != outs[1] || outs[0] != want {
 		t.Fatalf("as nobody: C %q, Go %q", outs[0], outs[1])
+	}
+	// No bermd answering: the embedded agent, which needs root.
+	for _, name := range []string{"berm", "berm-front"} {
+		none := filepath.Join(bin, "none.sock")
+		cmd := exec.Command(filepath.Join(bin, name), "run", "--socket", none, "--", "/bin/true")
+		cmd.SysProcAttr, cmd.Dir = nobody, "/"
+		out, _ := cmd.CombinedOutput()
+		if want := "berm: run needs root (cgroups, namespaces, eBPF) when no bermd answers at " + none + ": try sudo, or run bermd with an --access file that names you\n"; string(out) != want {
+			t.Fatalf("%s as nobody without bermd: %q, want %q", name, out, want)
+		}
 	}
 	// The socket opened to all: bermd still serves no one but root, bare invocation or not.
 	os.Chmod(d.socket, 0o666)
@@ -214,7 +224,7 @@ sys.stdout.write(s.makefile().readline())`
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	out, err := cmd.Output()
-	if err != nil || !strings.Contains(string(out), `"error":"bermd serves root only"`) {
+	if err != nil || !strings.Contains(string(out), `"error":"bermd serves root only (`) {
 		t.Fatalf("a bare invocation as nobody: %v: %q\n%s", err, out, errb.String())
 	}
 	for _, c := range bermbin.Calls(t, d.state) {

@@ -13,6 +13,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,7 +22,9 @@ import (
 
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/dnsguard"
+	"github.com/bermsec/berm/cmd/bermd/internal/access"
 	"github.com/bermsec/berm/cmd/bermd/internal/daemon"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/sandboxer/cgroup"
@@ -43,16 +47,43 @@ func main() {
 	approversFile := flag.String("approvers", approval.DefaultApproversFile, "who may decide rules naming approvers: people (unix users, API tokens) and groups (root-owned; absent: the names root gives)")
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
+	accessFile := flag.String("access", "", "access file: the users and groups bermd serves besides root, by tenant (run, read, decide, policies); reloaded on SIGHUP (empty: root only)")
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
+	}
+}
+
+// reloadAccess reads the access file again on SIGHUP; a file with errors is reported and the
+// access in force stays.
+func reloadAccess(ctx context.Context, log *slog.Logger, srv *daemon.Server, path string, now *atomic.Pointer[access.File]) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		f, err := access.Load(path)
+		if err != nil {
+			log.Error("access file not reloaded: the previous one stays in force", "err", err)
+			continue
+		}
+		now.Store(f)
+		if err := srv.SetAccess(f); err != nil {
+			log.Error("access file reloaded, socket not updated", "err", err)
+			continue
+		}
+		log.Info("access file reloaded", "path", path, "tenants", len(f.Tenants))
 	}
 }
 
@@ -71,6 +102,7 @@ type options struct {
 
 	approvalsDir, approvalsToken, webhookURL, webhookSecret, approvers string
 	dnsUpstream                                                        string
+	access                                                             string
 }
 
 func run(log *slog.Logger, o options) error {
@@ -91,6 +123,12 @@ func run(log *slog.Logger, o options) error {
 	}
 	if o.idleExit < 0 {
 		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
+	}
+	acc := access.RootOnly
+	if o.access != "" {
+		if acc, err = access.Load(o.access); err != nil {
+			return fmt.Errorf("--access: %w", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -143,7 +181,20 @@ func run(log *slog.Logger, o options) error {
 	}
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
-	approvals, stopApprovals, err := startApprovals(log, reg, o)
+	// The decide right: with an access file, a decision over the approval API by anyone but
+	// root needs it in the call's tenant (on top of being one of the rule's approvers).
+	var accessNow atomic.Pointer[access.File]
+	accessNow.Store(acc)
+	var decide func(int, string) error
+	if o.access != "" {
+		decide = func(uid int, tenant string) error {
+			if uid < 0 {
+				return fmt.Errorf("access: the decision's maker is unknown: decisions of tenant %q need the decide right", tenant)
+			}
+			return accessNow.Load().Check(access.PeerOf(uint32(uid)), tenant, access.Decide)
+		}
+	}
+	approvals, stopApprovals, err := startApprovals(log, reg, o, decide)
 	if err != nil {
 		return err
 	}
@@ -157,9 +208,13 @@ func run(log *slog.Logger, o options) error {
 	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)
 		logServed(log, sv)
-	}}
+	}, Trail: audit.Journal{Dir: filepath.Join(o.stateDir, "journal")}}
+	_ = srv.SetAccess(acc)
 	if err := srv.Listen(o.socket); err != nil {
 		return err
+	}
+	if o.access != "" {
+		go reloadAccess(ctx, log, srv, o.access, &accessNow)
 	}
 	go func() {
 		if err := srv.Serve(); err != nil {

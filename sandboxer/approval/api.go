@@ -48,6 +48,10 @@ func Handler(b *Broker, token string) http.Handler {
 		now := time.Now()
 		var out []PendingView
 		for _, p := range b.List() {
+			// With bermd's access, a caller sees only the tenants it may decide in.
+			if b.decideAccess != nil && !isAdmin(r, token) && b.decideAccess(peerUID(r), p.Tenant) != nil {
+				continue
+			}
 			out = append(out, PendingView{Request: p, AgeSeconds: p.Age(now).Seconds()})
 		}
 		if out == nil {
@@ -76,6 +80,14 @@ func Handler(b *Broker, token string) http.Handler {
 			}
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
+		}
+		if b.decideAccess != nil && !isAdmin(r, token) {
+			if tenant, ok := b.tenantOf(r.PathValue("id")); ok {
+				if err := b.decideAccess(peerUID(r), tenant); err != nil {
+					http.Error(w, err.Error(), http.StatusForbidden)
+					return
+				}
+			}
 		}
 		if err := b.Decide(r.PathValue("id"), body.Decision == "approve", by, ChannelAPI, body.Reason); err != nil {
 			code := http.StatusNotFound

@@ -85,6 +85,8 @@ type Broker struct {
 	prompt  Prompter
 	// approvers say who may decide a rule naming approvers (nil: the names root gives).
 	approvers *Approvers
+	// decideAccess, when set, decides whether the API's peer (uid) may decide tenant's calls.
+	decideAccess func(uid int, tenant string) error
 
 	mu      sync.Mutex
 	pending map[string]*Request
@@ -100,6 +102,10 @@ type Config struct {
 	// Approvers are who may decide (approvers.go); nil: rules' approvers are checked against
 	// the names given by root (the admin token, the terminal of a run).
 	Approvers *Approvers
+	// DecideAccess, when set, is asked before a decision over the API by anyone but the admin
+	// token: may the peer (its uid from the socket, -1 when unknown) decide the calls of the
+	// tenant (bermd --access: the decide right)? An error refuses the decision.
+	DecideAccess func(uid int, tenant string) error
 }
 
 // Prompter asks a person about a request and returns their answer (and who gave it), or
@@ -111,7 +117,7 @@ type Prompter interface {
 
 // New makes a Broker.
 func New(cfg Config) (*Broker, error) {
-	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, pending: map[string]*Request{}}
+	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, decideAccess: cfg.DecideAccess, pending: map[string]*Request{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -290,6 +296,17 @@ func (b *Broker) decide(id string, d Decision) error {
 // Repeat records an immediate deny that never waited (a repeat of a denied action).
 func (b *Broker) Repeat() {
 	b.metrics.observe(Decision{Outcome: Repeated, Channel: ChannelBroker})
+}
+
+// tenantOf is the tenant of a pending request ("" and false when none is pending).
+func (b *Broker) tenantOf(id string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.pending[id]
+	if !ok {
+		return "", false
+	}
+	return r.Tenant, true
 }
 
 // List returns the pending requests, oldest first.

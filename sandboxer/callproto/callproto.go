@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +33,9 @@ const RunMagic = 'R'
 // Request is one tool call, as `berm run` resolved it in the caller's context: paths are
 // absolute, the environment is the tool's whole environment, the caps are the flags' values.
 type Request struct {
+	// Version is the protocol version the client speaks (Version); empty is 1.0, the
+	// protocol before it had a version. bermd refuses a major version it does not speak.
+	Version   string       `json:"version,omitempty"`
 	CallID    string       `json:"call_id"`
 	Tool      string       `json:"tool"`
 	Tenant    string       `json:"tenant"`
@@ -75,6 +80,8 @@ type Stop struct {
 
 // Reply ends a run connection.
 type Reply struct {
+	// Version is the protocol version bermd speaks (Version).
+	Version    string            `json:"version,omitempty"`
 	Record     *event.CallRecord `json:"record,omitempty"`
 	ExitStatus int               `json:"exit_status"`
 	// Error is about berm (a bad request, a policy that does not compile, set-up); with no
@@ -87,10 +94,35 @@ type Reply struct {
 // caller that needs only a few of its fields: decoding a whole CallRecord in a process that
 // has never decoded one costs the berm front about twice what those fields cost.
 type RawReply struct {
+	Version    string          `json:"version,omitempty"`
 	Record     json.RawMessage `json:"record,omitempty"`
 	ExitStatus int             `json:"exit_status"`
 	Error      string          `json:"error,omitempty"`
 	Warning    string          `json:"warning,omitempty"`
+}
+
+// Version is the run protocol's version, MAJOR.MINOR (PROTOCOL.md): a new minor version only
+// adds optional fields, which an older peer ignores; a new major version changes the wire.
+const Version = "1.0"
+
+// Major is Version's major number: bermd refuses a request of another.
+const Major = 1
+
+// CheckVersion says whether a peer's version is one this side speaks: the same major
+// version (any minor), or empty (1.0, before the field existed).
+func CheckVersion(v string) error {
+	if v == "" {
+		return nil
+	}
+	maj, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(maj)
+	if err != nil || n < 0 {
+		return fmt.Errorf("protocol version %q: expected MAJOR.MINOR such as %s", v, Version)
+	}
+	if n != Major {
+		return fmt.Errorf("protocol version %s not supported: this bermd speaks %d.x (%s)", v, Major, Version)
+	}
+	return nil
 }
 
 // Available reports whether a daemon answers on the socket.
@@ -191,6 +223,9 @@ func (c *Conn) run(req *Request, stdio [3]*os.File, interrupts <-chan os.Signal,
 	c.fd = -1
 	conn := os.NewFile(uintptr(fd), "bermd")
 	defer conn.Close()
+	if req.Version == "" {
+		req.Version = Version
+	}
 	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
 	if err := unix.Sendmsg(fd, []byte{RunMagic}, rights, nil, 0); err != nil {
 		return fmt.Errorf("send stdio to bermd: %w", err)

@@ -46,6 +46,10 @@ type Invocation struct {
 	Args []string // after "run"
 	Env  []string
 	Cwd  *os.File // the caller's working directory (O_PATH)
+	// NonRoot: the caller is not root; --tenant's default is then DefaultTenant (bermd's
+	// choice: the only tenant the caller may run in, or none).
+	NonRoot       bool
+	DefaultTenant string
 }
 
 // LookupEnv is os.LookupEnv in the caller's environment (the last entry of a name wins, as
@@ -173,4 +177,6 @@ type FrontCall struct {
 	Finish func(Reply) FrontEnd
 	// Cleanup runs after the call's end (the workspace made for it).
 	Cleanup func()
+	// FreshWorkspace: the workspace is one made for this call (no --workspace).
+	FreshWorkspace bool
 }

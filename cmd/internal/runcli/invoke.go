@@ -17,12 +17,14 @@ import (
 // Invoke is berm run for the C front's bare invocation (callproto.InvokeMagic), read by bermd
 // as the Go front reads its own: the same flags and defaults, the workspace and environment
 // resolved in the caller's context (its working directory and environment as it sent them).
-// The caller is root (bermd serves root only), as berm run requires. ownSocket says whether
+// A caller that is not root (inv.NonRoot) is bermd's to check (cmd/bermd/internal/access)
+// once the request is resolved. ownSocket says whether
 // a socket path (absolute) is the bermd reading this: a call meant for another bermd, or for
 // the embedded agent, falls back to the Go front.
 func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.FrontCall {
 	var errb bytes.Buffer
-	c := Caller{Stderr: &errb, LookupEnv: inv.LookupEnv, Getwd: func() (string, error) { return invocationWd(inv) }}
+	c := Caller{Stderr: &errb, LookupEnv: inv.LookupEnv, Getwd: func() (string, error) { return invocationWd(inv) },
+		NonRoot: inv.NonRoot, DefaultTenant: inv.DefaultTenant}
 	o, err := parseFor(inv.Args, c)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -36,7 +38,7 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 	if sock, err := c.abs(o.Socket); err != nil || !ownSocket(sock) {
 		return callproto.FrontCall{Fallback: true}
 	}
-	fc := callproto.FrontCall{Early: remoteWarnings(o)}
+	fc := callproto.FrontCall{Early: remoteWarnings(o), FreshWorkspace: o.workspace == ""}
 	cleanup, err := o.Resolve()
 	fc.Cleanup = cleanup
 	if err != nil {

@@ -94,6 +94,12 @@ type Caller struct {
 	Stderr    io.Writer
 	LookupEnv func(string) (string, bool)
 	Getwd     func() (string, error)
+	// NonRoot: --tenant's default is DefaultTenant (empty: bermd picks the only tenant the
+	// caller may run in), not "default".
+	NonRoot       bool
+	DefaultTenant string
+	// WorkspaceByDaemon: with no --workspace, the request names none and bermd makes it.
+	WorkspaceByDaemon bool
 }
 
 // thisProcess is the caller when berm run is this process.
@@ -112,7 +118,13 @@ func (c Caller) abs(p string) (string, error) {
 }
 
 // Parse reads the flags. A usage error has been printed when it returns an error.
-func Parse(args []string) (*Options, error) { return parseFor(args, thisProcess) }
+func Parse(args []string) (*Options, error) {
+	c := thisProcess
+	if os.Geteuid() != 0 {
+		c.NonRoot, c.WorkspaceByDaemon = true, true
+	}
+	return parseFor(args, c)
+}
 
 func parseFor(args []string, c Caller) (*Options, error) {
 	o := &Options{caller: c}
@@ -121,7 +133,11 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.SetOutput(c.Stderr)
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/berm", "state directory (journal)")
 	fs.StringVar(&r.Tool, "tool", "adhoc", "tool name")
-	fs.StringVar(&r.Tenant, "tenant", "default", "tenant name")
+	defTenant := "default"
+	if c.NonRoot {
+		defTenant = c.DefaultTenant
+	}
+	fs.StringVar(&r.Tenant, "tenant", defTenant, "tenant name (default: default; for a caller that is not root, the only tenant bermd lets it run in)")
 	fs.StringVar(&r.CallID, "call-id", "", "call id (default: generated)")
 	fs.StringVar(&o.workspace, "workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
 	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
@@ -205,22 +221,20 @@ func (o *Options) Resolve() (cleanup func(), err error) {
 		r.Traced = append(r.Traced, nr)
 	}
 	ws := o.workspace
+	if ws == "" && o.caller.WorkspaceByDaemon {
+		// A caller that is not root cannot make one where bermd keeps them: bermd does
+		// (callproto: an empty workspace).
+		r.Workspace = ""
+		if r.Env, err = callEnv(o.Envs, r, o.caller.LookupEnv); err != nil {
+			return cleanup, fmt.Errorf("--env: %w", err)
+		}
+		return cleanup, nil
+	}
 	if ws == "" {
-		// A root-controlled place (never a world-writable one like /var/tmp) whose parents the
-		// tool's uid can traverse; the workspace itself is the tool's own.
-		parent := "/run/berm/workspaces"
-		if err := os.MkdirAll(parent, 0o711); err != nil {
-			return cleanup, fmt.Errorf("create workspace: %w", err)
-		}
-		_ = os.Chmod("/run/berm", 0o711)
-		_ = os.Chmod(parent, 0o711)
-		dir, err := os.MkdirTemp(parent, r.CallID+"-")
+		dir, rm, err := FreshWorkspace(r.CallID)
+		cleanup = rm
 		if err != nil {
-			return cleanup, fmt.Errorf("create workspace: %w", err)
-		}
-		cleanup = func() { os.RemoveAll(dir) }
-		if err := os.Chown(dir, 65534, 65534); err != nil {
-			return cleanup, fmt.Errorf("chown workspace: %w", err)
+			return cleanup, err
 		}
 		ws = dir
 	}
@@ -234,6 +248,28 @@ func (o *Options) Resolve() (cleanup func(), err error) {
 		return cleanup, fmt.Errorf("--env: %w", err)
 	}
 	return cleanup, nil
+}
+
+// FreshWorkspace makes a call's own empty workspace: in a root-controlled place (never a
+// world-writable one like /var/tmp) whose parents the tool's uid can traverse, owned by
+// nobody; cleanup removes it.
+func FreshWorkspace(callID string) (dir string, cleanup func(), err error) {
+	cleanup = func() {}
+	parent := "/run/berm/workspaces"
+	if err := os.MkdirAll(parent, 0o711); err != nil {
+		return "", cleanup, fmt.Errorf("create workspace: %w", err)
+	}
+	_ = os.Chmod("/run/berm", 0o711)
+	_ = os.Chmod(parent, 0o711)
+	dir, err = os.MkdirTemp(parent, callID+"-")
+	if err != nil {
+		return "", cleanup, fmt.Errorf("create workspace: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		return "", cleanup, fmt.Errorf("chown workspace: %w", err)
+	}
+	return dir, cleanup, nil
 }
 
 // callEnv is the tool's whole environment: a fixed base, and what the caller named.

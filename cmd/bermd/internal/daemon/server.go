@@ -1,5 +1,6 @@
-// Package daemon is bermd's control socket: a root-only unix socket over which `berm run`
-// hands bermd a tool call (callproto). bermd launches it, with the caller's stdio, from
+// Package daemon is bermd's control socket: a unix socket over which `berm run` hands bermd
+// a tool call (callproto), served to root and, with an access file (bermd --access), to the
+// users and groups it names, by tenant (cmd/bermd/internal/access). bermd launches it, with the caller's stdio, from
 // sandboxes it keeps warm, traces and records it, and replies with the call record. One
 // connection is one call; if the client goes away mid-call, the call is killed and recorded
 // as ended by client_lost.
@@ -17,13 +18,16 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/cmd/bermd/internal/access"
 	"github.com/bermsec/berm/cmd/internal/runcli"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/callproto"
 )
@@ -41,6 +45,10 @@ type Server struct {
 	IdleExit time.Duration
 	// Served, when set, hears of every call served, with the times of its phases.
 	Served func(Served)
+	// Trail answers read requests (callproto.ReadMagic): bermd's journal.
+	Trail audit.Source
+
+	access atomic.Pointer[access.File]
 
 	path string
 	ino  uint64 // the socket file this server created: only that one is removed at the end
@@ -95,6 +103,10 @@ func (s *Server) Listen(path string) error {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	s.path, s.ino, s.ln = path, st.Ino, ln
+	if err := s.applySocketACL(); err != nil {
+		ln.Close()
+		return err
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.idle.init(s.IdleExit, callproto.CallerLock(path))
 	return nil
@@ -165,16 +177,22 @@ func (s *Server) stopListening() error {
 	return err
 }
 
-func peerIsRoot(c *net.UnixConn) bool {
+// peerUID is the connection's peer uid as the kernel gives it (SO_PEERCRED).
+func peerUID(c *net.UnixConn) (uint32, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return false
+		return 0, err
 	}
 	var cred *unix.Ucred
-	_ = raw.Control(func(fd uintptr) {
+	if cerr := raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	return err == nil && cred != nil && cred.Uid == 0
+	}); cerr != nil {
+		return 0, cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return cred.Uid, nil
 }
 
 func (s *Server) handle(conn *net.UnixConn) {
@@ -184,10 +202,24 @@ func (s *Server) handle(conn *net.UnixConn) {
 	defer conn.Close()
 	enc := json.NewEncoder(conn)
 	refuse := func(format string, args ...any) {
-		_ = enc.Encode(callproto.Reply{Error: fmt.Sprintf(format, args...), ExitStatus: 125})
+		_ = enc.Encode(callproto.Reply{Version: callproto.Version, Error: fmt.Sprintf(format, args...), ExitStatus: 125})
 	}
-	if !peerIsRoot(conn) {
-		refuse("bermd serves root only")
+	acc := s.Access()
+	uid, err := peerUID(conn)
+	if err != nil {
+		refuse("bermd: the peer's credentials: %v", err)
+		return
+	}
+	peer := access.Peer{UID: uid}
+	if uid != 0 {
+		peer = access.PeerOf(uid)
+	}
+	if !acc.Known(peer) {
+		if acc == access.RootOnly {
+			refuse("bermd serves root only (bermd --access names who else it serves)")
+		} else {
+			refuse("bermd: uid %d is named in no tenant of its access file %s", uid, acc.Path)
+		}
 		return
 	}
 	magic, stdio, cwd, err := readStdio(conn)
@@ -206,8 +238,12 @@ func (s *Server) handle(conn *net.UnixConn) {
 		}
 	}()
 	br := bufio.NewReader(conn)
-	if magic == callproto.InvokeMagic {
-		s.invoke(conn, br, stdio, cwd, &sv)
+	switch magic {
+	case callproto.InvokeMagic:
+		s.invoke(conn, br, stdio, cwd, peer, acc, &sv)
+		return
+	case callproto.ReadMagic:
+		s.read(conn, br, peer, acc)
 		return
 	}
 	dec := json.NewDecoder(br)
@@ -216,8 +252,37 @@ func (s *Server) handle(conn *net.UnixConn) {
 		refuse("read run request: %v", err)
 		return
 	}
+	if err := callproto.CheckVersion(req.Version); err != nil {
+		refuse("bermd: %v", err)
+		return
+	}
 	sv.Request = time.Now()
-	rep := s.launch(dec, &req, stdio)
+	if req.CallID == "" {
+		req.CallID = newCallID()
+		setEnv(req.Env, "BERM_CALL_ID", req.CallID)
+	}
+	fresh := false
+	if req.Workspace == "" {
+		// The protocol's fresh workspace: made for this call, removed after it.
+		if err := sandboxer.ValidName("call_id", req.CallID); err != nil {
+			refuse("%v", err)
+			return
+		}
+		ws, rm, err := runcli.FreshWorkspace(req.CallID)
+		defer rm()
+		if err != nil {
+			refuse("%v", err)
+			return
+		}
+		req.Workspace, fresh = ws, true
+		setEnv(req.Env, "HOME", ws)
+	}
+	check, err := s.authorizeRun(peer, acc, &req, fresh)
+	if err != nil {
+		refuse("%v", err)
+		return
+	}
+	rep := s.launch(dec, &req, stdio, check)
 	sv.Launched = time.Now()
 	_ = enc.Encode(rep)
 	s.served(&sv, &req, &rep)
@@ -226,14 +291,19 @@ func (s *Server) handle(conn *net.UnixConn) {
 // invoke serves a bare invocation: bermd reads its flags as berm run would (the one parser,
 // runcli.Invoke, which the C front does not link), launches the call it
 // describes and answers in frames.
-func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File, cwd *os.File, sv *Served) {
+func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File, cwd *os.File, peer access.Peer, acc *access.File, sv *Served) {
 	args, env, err := callproto.ReadInvocation(br)
 	if err != nil {
 		_ = callproto.WriteEndFrame(conn, callproto.FrontEnd{Status: 1, Stderr: fmt.Appendf(nil, "berm: bermd: %v\n", err)})
 		return
 	}
 	sv.Request = time.Now()
-	fc := runcli.Invoke(&callproto.Invocation{Args: args, Env: env, Cwd: cwd}, s.ownSocket)
+	inv := &callproto.Invocation{Args: args, Env: env, Cwd: cwd}
+	if !peer.Root() {
+		inv.NonRoot = true
+		inv.DefaultTenant, _ = acc.RunTenant(peer, "")
+	}
+	fc := runcli.Invoke(inv, s.ownSocket)
 	// The workspace made for the call is gone before the front hears of its end, as the Go
 	// front removes it before it exits.
 	cleanup := func() {
@@ -256,7 +326,12 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 		_ = callproto.WriteEndFrame(conn, fc.End)
 		return
 	}
-	rep := s.launch(json.NewDecoder(br), fc.Request, stdio)
+	check, err := s.authorizeRun(peer, acc, fc.Request, fc.FreshWorkspace)
+	if err != nil {
+		_ = callproto.WriteEndFrame(conn, callproto.FrontEnd{Status: 1, Stderr: fmt.Appendf(nil, "berm: bermd: %v\n", err)})
+		return
+	}
+	rep := s.launch(json.NewDecoder(br), fc.Request, stdio, check)
 	sv.Launched = time.Now()
 	end := fc.Finish(rep)
 	cleanup()
@@ -272,7 +347,7 @@ func (s *Server) ownSocket(path string) bool {
 
 // launch runs a call to its end; whatever the client sends while it runs (decoded by dec)
 // is an interrupt, its going away is one too.
-func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.File) callproto.Reply {
+func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.File, checkWorkspace func(int) error) callproto.Reply {
 	stops := make(chan callproto.Stop, 4)
 	done := make(chan struct{})
 	defer close(done)
@@ -299,7 +374,8 @@ func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.
 		case <-done:
 		}
 	}()
-	rep := s.Service.Launch(req, stdio, stops)
+	rep := s.Service.LaunchChecked(req, stdio, stops, checkWorkspace)
+	rep.Version = callproto.Version
 	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
 		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
 	}
@@ -335,14 +411,20 @@ func readStdio(conn *net.UnixConn) (magic byte, stdio [3]*os.File, cwd *os.File,
 		}
 	}
 	want := 3
-	if buf[0] == callproto.InvokeMagic {
+	switch buf[0] {
+	case callproto.InvokeMagic:
 		want = 4
+	case callproto.ReadMagic:
+		want = 0
 	}
-	if (buf[0] != callproto.RunMagic && buf[0] != callproto.InvokeMagic) || len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
+	if (buf[0] != callproto.RunMagic && buf[0] != callproto.InvokeMagic && buf[0] != callproto.ReadMagic) || len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 		return 0, stdio, nil, fmt.Errorf("expected a run request with stdin, stdout and stderr (berm and bermd from different versions?)")
+	}
+	if want == 0 {
+		return buf[0], stdio, nil, nil
 	}
 	for i, name := range []string{"stdin", "stdout", "stderr"} {
 		unix.CloseOnExec(fds[i])
