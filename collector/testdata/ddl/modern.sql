@@ -164,3 +164,13 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(Stri
 -- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
+
+-- migration 0010 add_mcp_method_mcp_phase_mcp_request_id_mcp_stat
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_phase LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_method LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_request_id String;
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);
