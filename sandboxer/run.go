@@ -646,6 +646,12 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 		case s := <-sigs:
 			l.stop(event.EndInterrupted, "berm run received "+s.String(), nil)
 		case st := <-stops:
+			if st.MCP != nil {
+				// Not a stop: a request the client's MCP proxy relayed to the call's server.
+				m := *st.MCP
+				l.call.Emit(event.Event{Kind: event.KindMCP, MCP: &m})
+				continue
+			}
 			l.stop(st.Reason, st.Detail, nil)
 		case <-timer.C:
 			l.stop(event.EndTimeout, fmt.Sprintf("wall-time cap of %s", lim.WallTime),
