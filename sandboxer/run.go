@@ -65,6 +65,8 @@ type Spec struct {
 	Approvals *approval.Broker
 	// DNSUpstream overrides the node resolver's upstream for this call (empty: the node's).
 	DNSUpstream string
+	// MCPSession and MCPRequestID: the MCP tools/call the call serves (berm mcp serve).
+	MCPSession, MCPRequestID string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -209,6 +211,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
 		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
+		MCPSession: spec.MCPSession, MCPRequestID: spec.MCPRequestID,
 	}
 	// Credentials are minted before the call begins: their values take themselves out of its
 	// command line before that is journalled.

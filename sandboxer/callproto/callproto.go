@@ -50,6 +50,10 @@ type Request struct {
 	// DNSUpstream is where the call's allowed DNS queries go (berm run --dns-upstream);
 	// empty: bermd's --dns-upstream, else the host's resolv.conf.
 	DNSUpstream string `json:"dns_upstream,omitempty"`
+	// MCPSession and MCPRequestID name the MCP tools/call the call serves (berm mcp serve):
+	// its session and JSON-RPC id, kept in the call's record.
+	MCPSession   string `json:"mcp_session,omitempty"`
+	MCPRequestID string `json:"mcp_request_id,omitempty"`
 }
 
 // Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and
