@@ -118,8 +118,11 @@ type envelope struct {
 // parseEnvelope reads one message; an error is the JSON-RPC error to answer it with.
 func parseEnvelope(line []byte) (*envelope, []byte) {
 	var e envelope
+	if !json.Valid(line) {
+		return nil, rpcError(nil, codeParseError, "parse error: not JSON")
+	}
 	if err := json.Unmarshal(line, &e); err != nil {
-		return nil, rpcError(nil, codeParseError, fmt.Sprintf("parse error: %v", errors.Unwrap(err)))
+		return nil, rpcError(nil, codeInvalidRequest, "invalid request: not a JSON-RPC 2.0 message object")
 	}
 	if e.JSONRPC != "2.0" || (e.Method == "" && len(e.ID) == 0) {
 		return nil, rpcError(e.ID, codeInvalidRequest, "invalid request: not a JSON-RPC 2.0 message")
