@@ -52,7 +52,7 @@ type bermd struct {
 	log           *bytes.Buffer
 }
 
-func startDaemon(t *testing.T) *bermd {
+func startDaemon(t testing.TB) *bermd {
 	t.Helper()
 	bermbin.RequireRoot(t)
 	dir := t.TempDir()
