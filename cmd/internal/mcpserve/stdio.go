@@ -28,6 +28,7 @@ type stdioTransport struct {
 
 func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c := &stdioConn{w: &lineWriter{w: t.out}, session: t.session, msgs: make(chan readResult), closed: make(chan struct{})}
+	c.answered = sync.NewCond(&c.mu)
 	go c.readLoop(newLineReader(t.in, t.max))
 	return c, nil
 }
@@ -43,6 +44,13 @@ type stdioConn struct {
 	msgs    chan readResult
 	once    sync.Once
 	closed  chan struct{}
+
+	// open counts requests passed to the SDK and not yet answered: at the end of stdin, the
+	// session ends once they are (a client that writes its requests and closes still gets
+	// its answers).
+	mu       sync.Mutex
+	open     int
+	answered *sync.Cond
 }
 
 func (c *stdioConn) readLoop(lr *lineReader) {
@@ -53,6 +61,11 @@ func (c *stdioConn) readLoop(lr *lineReader) {
 			continue
 		}
 		if err != nil {
+			c.mu.Lock()
+			for c.open > 0 && !c.isClosed() {
+				c.answered.Wait()
+			}
+			c.mu.Unlock()
 			c.deliver(readResult{err: err})
 			return
 		}
@@ -68,6 +81,11 @@ func (c *stdioConn) readLoop(lr *lineReader) {
 		if err != nil {
 			_ = c.w.writeLine(rpcError(env.ID, codeInvalidRequest, fmt.Sprintf("invalid request: %v", err)))
 			continue
+		}
+		if env.isRequest() {
+			c.mu.Lock()
+			c.open++
+			c.mu.Unlock()
 		}
 		if !c.deliver(readResult{msg: msg}) {
 			return
@@ -100,11 +118,32 @@ func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err != nil {
 		return err
 	}
-	return c.w.writeLine(b)
+	err = c.w.writeLine(b)
+	if _, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		c.open--
+		c.answered.Broadcast()
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *stdioConn) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *stdioConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
+	c.once.Do(func() {
+		close(c.closed)
+		c.mu.Lock()
+		c.answered.Broadcast()
+		c.mu.Unlock()
+	})
 	return nil
 }
 
