@@ -228,12 +228,14 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	// instruction either way; the init's own set-up is traced from Begin on.
 	var held *delivery
 	var heldRes *agent.Result
+	// Read before the delivery: one that fails takes the init (and sb.cmd) with it.
+	initPID := uint32(sb.cmd.Process.Pid)
 	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
 		held, heldRes = l.deliver(sb, ws, true)
 	}
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(spec.Init), StageExe: sandboxinit.StageBinary,
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: initPID, InitExe: initExe(spec.Init), StageExe: sandboxinit.StageBinary,
 		EventBudget: env.compiled.EventBudget, DNSUpstream: spec.DNSUpstream,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
@@ -28,6 +29,18 @@ type proxy struct {
 
 	mu      sync.Mutex
 	initReq []byte // the client's initialize, replayed to each --per-call server
+
+	ending atomic.Bool // the client has gone: the server's end is expected
+	policy string      // the server's policy file, removed at exit
+}
+
+// exit ends the proxy when its server ended on its own.
+func (p *proxy) exit(code int) {
+	if p.ending.Load() {
+		return
+	}
+	os.Remove(p.policy)
+	os.Exit(code)
 }
 
 // Proxy is `berm mcp proxy`.
@@ -74,6 +87,7 @@ func Proxy(args []string) int {
 		runFlags: append(append([]string{"--tool", tool}, flags...), "--policy", pol),
 		argv:     append([]string{}, argv...), perCall: *perCall, maxMessage: *maxMessage,
 		session: "proxy-" + strings.TrimPrefix(newSessionID(), "stdio-"), client: &lineWriter{w: os.Stdout},
+		policy: pol,
 	}
 	return p.run()
 }
@@ -228,6 +242,19 @@ func (p *proxy) run() int {
 			}
 		}
 	}()
+	// A server that ends ends the session: its client hears so (its stdout closes) instead of
+	// waiting for answers that cannot come.
+	go func() {
+		<-serverDone
+		<-ctl.ended
+		if ctl.reply.Record != nil {
+			r := ctl.reply.Record
+			fmt.Fprintf(os.Stderr, "berm mcp proxy: the MCP server (call %s) ended: %s%s, status %d\n", r.CallID, r.EndReason, paren(r.EndDetail), ctl.reply.ExitStatus)
+		} else if ctl.err != nil || ctl.reply.Error != "" {
+			fmt.Fprintf(os.Stderr, "berm mcp proxy: the MCP server did not run: %v%s\n", ctl.err, ctl.reply.Error)
+		}
+		p.exit(1)
+	}()
 	lr := newLineReader(os.Stdin, p.maxMessage)
 	for {
 		line, err := lr.next()
@@ -260,6 +287,7 @@ func (p *proxy) run() int {
 			break
 		}
 	}
+	p.ending.Store(true)
 	close(queue)
 	ctl.stop(5 * time.Second)
 	<-serverDone
