@@ -12,9 +12,9 @@ import (
 	"github.com/bermsec/berm/agent/policy"
 )
 
-// serverPaths are what an MCP server's own command needs beyond its policy: the command
-// (as named and resolved), and when it lies in a node_modules tree, that tree (a Node
-// server's dependencies).
+// serverPaths are what an MCP server's own command needs beyond its policy: the command's
+// file (symlinks resolved), or when it lies in a node_modules tree, that tree (a Node
+// server's dependencies, its .bin links among them).
 func serverPaths(cmd string) ([]string, error) {
 	p, err := exec.LookPath(cmd)
 	if err != nil {
@@ -23,19 +23,18 @@ func serverPaths(cmd string) ([]string, error) {
 	if p, err = filepath.Abs(p); err != nil {
 		return nil, err
 	}
-	paths := []string{p}
-	if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
-		paths = append(paths, r)
+	// The file itself, not a symlink to it: the sandbox's root holds what the policy names,
+	// and the link stays reachable through the tree it lies in.
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return nil, fmt.Errorf("server command: %w", err)
 	}
-	for _, q := range paths[len(paths)-1:] {
-		for d := filepath.Dir(q); d != "/" && d != "."; d = filepath.Dir(d) {
-			if filepath.Base(d) == "node_modules" {
-				paths = append(paths, d)
-				break
-			}
+	for d := filepath.Dir(r); d != "/" && d != "."; d = filepath.Dir(d) {
+		if filepath.Base(d) == "node_modules" {
+			return []string{d}, nil
 		}
 	}
-	return paths, nil
+	return []string{r}, nil
 }
 
 // serverPolicy writes the server's policy: the given policy file's (or the built-in strict
