@@ -435,3 +435,57 @@ func TestServeAnswersAHostileClient(t *testing.T) {
 		d.noCallLeft(t)
 	})
 }
+
+// berm mcp proxy reads its client as serve does: garbage and oversized lines are answered with
+// JSON-RPC errors and never reach the server, whose session goes on; at the client's end the
+// server's call ends.
+func TestProxyAnswersAHostileClient(t *testing.T) {
+	node := nodeDir(t)
+	d := startDaemon(t)
+	server := filepath.Join(node, "node_modules", ".bin", "mcp-server-filesystem")
+	cmd := exec.Command(bermbin.Path(t, "berm-full"), "mcp", "proxy", "--socket", d.socket, "--daemon", "required", "--max-message", "65536", "--", server, "/")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	lines := json.NewDecoder(stdout)
+	read := func() map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := lines.Decode(&m); err != nil {
+			t.Fatalf("proxy output: %v", err)
+		}
+		return m
+	}
+	code := func(m map[string]any) float64 {
+		e, _ := m["error"].(map[string]any)
+		c, _ := e["code"].(float64)
+		return c
+	}
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if m := read(); m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	for _, c := range []struct {
+		line string
+		code float64
+	}{
+		{"garbage{", -32700},
+		{`{"id":7,"method":"tools/call"}`, -32600},
+		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"` + strings.Repeat("a", 100000) + `"}}}`, -32600},
+	} {
+		io.WriteString(stdin, c.line+"\n")
+		if m := read(); code(m) != c.code {
+			t.Errorf("%.40s: answer %v, want code %v", c.line, m, c.code)
+		}
+	}
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read_text_file","arguments":{"path":"/etc/hostname"}}}`+"\n")
+	if m := read(); m["id"] != 9.0 || m["result"] == nil {
+		t.Errorf("the session did not go on: %v", m)
+	}
+	stdin.Close()
+	d.noCallLeft(t)
+}
