@@ -489,3 +489,33 @@ func TestProxyAnswersAHostileClient(t *testing.T) {
 	stdin.Close()
 	d.noCallLeft(t)
 }
+
+// A call berm refuses (here: the server's policy does not compile) is a tool error that says
+// why, with end_reason not_run; nothing ran.
+func TestServeRefusedCallIsAToolError(t *testing.T) {
+	d := startDaemon(t)
+	pol := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(pol, []byte("apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: bad}\nspec:\n  filesystem:\n    raed: [/usr]\n"), 0o644)
+	cmd := exec.Command(bermbin.Path(t, "berm-full"), "mcp", "serve", "--socket", d.socket, "--daemon", "required", "--policy", pol)
+	cmd.Stdin = strings.NewReader(strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{"command":"touch ran"}}}`,
+	}, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("berm mcp serve: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var m struct {
+		Result toolResult `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil {
+		t.Fatal(err)
+	}
+	r := m.Result
+	if !r.IsError || r.StructuredContent["end_reason"] != "not_run" || !strings.Contains(r.text(), "raed") {
+		t.Errorf("a refused call: %+v", r)
+	}
+	d.noCallLeft(t)
+}
