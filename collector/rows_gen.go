@@ -27,10 +27,11 @@ type parts struct {
 	Aggregate  *event.Aggregate  `json:"aggregate,omitempty"`
 	Credential *event.Credential `json:"credential,omitempty"`
 	DNS        *event.DNS        `json:"dns,omitempty"`
+	MCP        *event.MCP        `json:"mcp,omitempty"`
 }
 
 func partsOf(e *event.Event) parts {
-	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Approval, e.Aggregate, e.Credential, e.DNS}
+	return parts{e.Exec, e.Fork, e.Exit, e.Open, e.Connect, e.Syscall, e.Denial, e.Alert, e.Drop, e.Limit, e.Reload, e.Approval, e.Aggregate, e.Credential, e.DNS, e.MCP}
 }
 
 func (p parts) setOn(e *event.Event) {
@@ -49,6 +50,7 @@ func (p parts) setOn(e *event.Event) {
 	e.Aggregate = p.Aggregate
 	e.Credential = p.Credential
 	e.DNS = p.DNS
+	e.MCP = p.MCP
 }
 
 // eventRow is an event as the events table (and, for a part with a table of its own, that
@@ -85,6 +87,10 @@ type eventRow struct {
 	approvalLatencyNs int64
 	dnsType           string
 	dnsVerdict        string
+	mcpPhase          string
+	mcpMethod         string
+	mcpRequestID      string
+	mcpStatus         string
 	detail            string       // the parts as JSON (partsOf)
 	alert             *event.Alert // for an alert, its row in the alerts table
 }
@@ -159,6 +165,12 @@ func rowOf(e *event.Event, detail string) eventRow {
 		r.errno = e.DNS.Rcode
 		r.dnsVerdict = e.DNS.Verdict
 		r.rule = e.DNS.Rule
+	case e.MCP != nil:
+		r.mcpPhase = e.MCP.Phase
+		r.mcpMethod = e.MCP.Method
+		r.path = e.MCP.Name
+		r.mcpRequestID = e.MCP.RequestID
+		r.mcpStatus = e.MCP.Status
 	}
 	if e.Kind == event.KindAlert {
 		r.alert = e.Alert
@@ -201,6 +213,10 @@ type eventRows struct {
 	approvalLatencyNs []int64
 	dnsType           []string
 	dnsVerdict        []string
+	mcpPhase          []string
+	mcpMethod         []string
+	mcpRequestID      []string
+	mcpStatus         []string
 	detail            []string
 }
 
@@ -239,11 +255,15 @@ func (r *eventRows) add(e *eventRow) {
 	r.approvalLatencyNs = append(r.approvalLatencyNs, e.approvalLatencyNs)
 	r.dnsType = append(r.dnsType, e.dnsType)
 	r.dnsVerdict = append(r.dnsVerdict, e.dnsVerdict)
+	r.mcpPhase = append(r.mcpPhase, e.mcpPhase)
+	r.mcpMethod = append(r.mcpMethod, e.mcpMethod)
+	r.mcpRequestID = append(r.mcpRequestID, e.mcpRequestID)
+	r.mcpStatus = append(r.mcpStatus, e.mcpStatus)
 	r.detail = append(r.detail, e.detail)
 }
 
 func (r *eventRows) columns(d Dialect) []column {
-	cols := make([]column, 0, 33)
+	cols := make([]column, 0, 37)
 	cols = append(cols, column{"call_id", r.callID})
 	cols = append(cols, column{"call_key", r.callKey})
 	cols = append(cols, column{"seq", r.seq})
@@ -278,6 +298,10 @@ func (r *eventRows) columns(d Dialect) []column {
 	cols = append(cols, column{"approval_latency_ns", r.approvalLatencyNs})
 	cols = append(cols, column{"dns_type", r.dnsType})
 	cols = append(cols, column{"dns_verdict", r.dnsVerdict})
+	cols = append(cols, column{"mcp_phase", r.mcpPhase})
+	cols = append(cols, column{"mcp_method", r.mcpMethod})
+	cols = append(cols, column{"mcp_request_id", r.mcpRequestID})
+	cols = append(cols, column{"mcp_status", r.mcpStatus})
 	return append(cols, column{"detail", r.detail})
 }
 
@@ -316,6 +340,10 @@ func (r *eventRows) reset(n int) {
 	r.approvalLatencyNs = resize(r.approvalLatencyNs, n)
 	r.dnsType = resize(r.dnsType, n)
 	r.dnsVerdict = resize(r.dnsVerdict, n)
+	r.mcpPhase = resize(r.mcpPhase, n)
+	r.mcpMethod = resize(r.mcpMethod, n)
+	r.mcpRequestID = resize(r.mcpRequestID, n)
+	r.mcpStatus = resize(r.mcpStatus, n)
 	r.detail = resize(r.detail, n)
 }
 

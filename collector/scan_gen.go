@@ -21,6 +21,7 @@ type scanParts struct {
 	aggregate  event.Aggregate
 	credential event.Credential
 	dNS        event.DNS
+	mCP        event.MCP
 }
 
 // event reads one event into e; the row's detail is, for now, the text of its parts with the
@@ -132,6 +133,10 @@ func (sc *scanner) event(e *event.Event, p *scanParts) eventRow {
 	if sc.has(`,"dns":`) {
 		e.DNS = &p.dNS
 		sc.dNS(e.DNS)
+	}
+	if sc.has(`,"mcp":`) {
+		e.MCP = &p.mCP
+		sc.mCP(e.MCP)
 	}
 	to := sc.i
 	sc.expect('}')
@@ -510,6 +515,33 @@ func (sc *scanner) dNS(x *event.DNS) {
 	if sc.has(`,"internal":`) {
 		_, n := sc.strs(false)
 		sc.check(n > 0)
+	}
+	sc.expect('}')
+}
+
+func (sc *scanner) mCP(x *event.MCP) {
+	*x = event.MCP{}
+	sc.need(`{"phase":`)
+	x.Phase = sc.str()
+	sc.need(`,"method":`)
+	x.Method = sc.str()
+	if sc.has(`,"name":`) {
+		x.Name = sc.nonEmpty()
+	}
+	sc.need(`,"request_id":`)
+	x.RequestID = sc.str()
+	if sc.has(`,"session":`) {
+		x.Session = sc.nonEmpty()
+	}
+	if sc.has(`,"arguments":`) {
+		x.Arguments = sc.nonEmpty()
+	}
+	if sc.has(`,"status":`) {
+		x.Status = sc.nonEmpty()
+	}
+	if sc.has(`,"duration_ns":`) {
+		x.DurationNs = sc.int64()
+		sc.check(x.DurationNs != 0)
 	}
 	sc.expect('}')
 }

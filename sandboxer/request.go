@@ -1,6 +1,7 @@
 package sandboxer
 
 import (
+	"errors"
 	"os"
 
 	"github.com/bermsec/berm/sandboxer/approval"
@@ -57,10 +58,14 @@ func FromRequest(req *callproto.Request) (Spec, error) {
 			return Spec{}, err
 		}
 	}
+	if len(req.MCPSession) > 256 || len(req.MCPRequestID) > 256 {
+		return Spec{}, errors.New("mcp session or request id: more than 256 bytes")
+	}
 	return Spec{
 		CallID: req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
 		Env: req.Env, Limits: lim, Policy: pol, PolicyFile: req.PolicyFile,
 		Traced: req.Traced, Terminal: req.Terminal, DNSUpstream: req.DNSUpstream,
+		MCPSession: req.MCPSession, MCPRequestID: req.MCPRequestID,
 	}, nil
 }
 

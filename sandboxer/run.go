@@ -69,6 +69,8 @@ type Spec struct {
 	// descriptor, after its resolution) before anything uses it: bermd's check that a caller
 	// who is not root names a directory of its own, on the directory the call will get.
 	CheckWorkspace func(fd int) error
+	// MCPSession and MCPRequestID: the MCP tools/call the call serves (berm mcp serve).
+	MCPSession, MCPRequestID string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -155,10 +157,12 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	// instruction either way; the init's own set-up is traced from Begin on.
 	var held *delivery
 	var heldRes *agent.Result
+	// Read before the delivery: one that fails takes the init (and sb.cmd) with it.
+	initPID := uint32(sb.cmd.Process.Pid)
 	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
 		held, heldRes = l.deliver(sb, ws, true)
 	}
-	call, err := l.begin(rec, start, sb, held)
+	call, err := l.begin(rec, start, sb, held, initPID)
 	if err != nil {
 		return nil, err
 	}
@@ -309,16 +313,17 @@ func callStart(spec Spec, env *callEnv, sb *sandbox) event.CallStart {
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
 		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
 		Node: host, Layers: layers, LandlockABI: abi,
+		MCPSession: spec.MCPSession, MCPRequestID: spec.MCPRequestID,
 	}
 }
 
 // begin registers the call with the agent. On an error the call's credentials are revoked and
 // a held init, waiting for a release that will not come, goes with its sandbox.
-func (l *launch) begin(rec Recorder, start event.CallStart, sb *sandbox, held *delivery) (CallRecorder, error) {
+func (l *launch) begin(rec Recorder, start event.CallStart, sb *sandbox, held *delivery, initPID uint32) (CallRecorder, error) {
 	env := l.env
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
-		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: uint32(sb.cmd.Process.Pid), InitExe: initExe(l.spec.Init), StageExe: sandboxinit.StageBinary,
+		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: initPID, InitExe: initExe(l.spec.Init), StageExe: sandboxinit.StageBinary,
 		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream,
 	})
 	if err != nil {
@@ -794,6 +799,12 @@ func (l *launch) watch(initPid int, done <-chan struct{}) {
 		case s := <-sigs:
 			l.stop(event.EndInterrupted, "berm run received "+s.String(), nil)
 		case st := <-stops:
+			if st.MCP != nil {
+				// Not a stop: a request the client's MCP proxy relayed to the call's server.
+				m := *st.MCP
+				l.call.Emit(event.Event{Kind: event.KindMCP, MCP: &m})
+				continue
+			}
 			l.stop(st.Reason, st.Detail, nil)
 		case <-timer.C:
 			l.stop(event.EndTimeout, fmt.Sprintf("wall-time cap of %s", lim.WallTime),

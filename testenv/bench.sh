@@ -20,7 +20,9 @@ out=.bench/results.md
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15);
   # secrets: the output redactor and the trail scrub of the credential surface (issue 13).
-  for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s" "./agent/dnsguard 2s" "./agent/secrets 1s"; do
+  # mcpserve: a tools/call through berm mcp serve against berm run, the proxy against the bare
+  # MCP server (issue 24; needs npm and starts its own bermd).
+  for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s" "./agent/dnsguard 2s" "./agent/secrets 1s" "./cmd/internal/mcpserve 30x"; do
     set -- $spec
     echo
     echo "## go test -bench $1"

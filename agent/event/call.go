@@ -40,8 +40,10 @@ type CallStart struct {
 	Layers     []string  `json:"layers"`                // enforcement and observation layers active for the call (Layer* names)
 	// Mode is the policy's mode: enforce, or audit (every would-be denial recorded, nothing
 	// blocked).
-	Mode        string `json:"mode,omitempty"`
-	LandlockABI int    `json:"landlock_abi,omitempty"` // the Landlock ABI enforced, when the landlock layer is active
+	Mode         string `json:"mode,omitempty"`
+	LandlockABI  int    `json:"landlock_abi,omitempty"`   // the Landlock ABI enforced, when the landlock layer is active
+	MCPSession   string `json:"mcp_session,omitempty"`    // the MCP session the call serves (berm mcp serve's tools/call)
+	MCPRequestID string `json:"mcp_request_id,omitempty"` // the JSON-RPC id of that tools/call, as its JSON text
 }
 
 // Limits are the resource caps a call ran under.

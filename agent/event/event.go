@@ -30,10 +30,14 @@ const (
 	// object instead of recorded one by one (they were still judged and seen by the rules).
 	KindAggregate Kind = "aggregate"
 	KindDNS       Kind = "dns" // a name lookup berm's resolver answered (or refused) for the call
+	// KindMCP is a Model Context Protocol request berm's MCP proxy relayed to the server the
+	// call runs (berm mcp proxy): its start, and its end in a second event with the same
+	// MCP.RequestID.
+	KindMCP Kind = "mcp"
 )
 
 // Kinds lists every kind, in a stable order.
-var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindApproval, KindAggregate, KindCredential, KindDNS}
+var Kinds = []Kind{KindExec, KindFork, KindExit, KindOpen, KindConnect, KindSyscall, KindDenial, KindAlert, KindDrop, KindLimit, KindReload, KindApproval, KindAggregate, KindCredential, KindDNS, KindMCP}
 
 // Event is one thing a tool call did, as seen by the kernel (or by the rules engine).
 // Exactly one of the kind-specific parts is set, the one named by Kind.
@@ -88,6 +92,7 @@ type Event struct {
 
 	Credential *Credential `json:"credential,omitempty"`
 	DNS        *DNS        `json:"dns,omitempty"`
+	MCP        *MCP        `json:"mcp,omitempty"`
 }
 
 // ID is the event's stable identity, the same wherever the event is stored.
@@ -317,3 +322,22 @@ const (
 
 // PhaseSetup marks events of berm's own sandbox set-up.
 const PhaseSetup = "setup"
+
+// MCP is a tools/call (or another request) berm's MCP proxy relayed to the MCP server the call
+// runs, as the proxy saw it: Phase "start" when it passed the request on, "end" when the
+// server's answer came back (or none could: Status says). The server's kernel events between
+// the two are the ones it made while serving the request: the proxy relays one tools/call at
+// a time. These are berm's own observations (the proxy is berm, outside the sandbox), never
+// the server's word.
+type MCP struct {
+	Phase     string `json:"phase" ch:"mcp_phase,lc"`        // start, end
+	Method    string `json:"method" ch:"mcp_method,lc"`      // tools/call, ...
+	Name      string `json:"name,omitempty" ch:"path"`       // the tool called (tools/call's params.name)
+	RequestID string `json:"request_id" ch:"mcp_request_id"` // the JSON-RPC id, as its JSON text
+	Session   string `json:"session,omitempty"`              // the proxy's session
+	Arguments string `json:"arguments,omitempty"`            // the call's arguments, redacted and capped (start)
+	// Status is the end's: ok, tool_error (the result's isError), error (a JSON-RPC error),
+	// no_reply (the server ended, or the proxy was stopped, before it answered).
+	Status     string `json:"status,omitempty" ch:"mcp_status,lc"`
+	DurationNs int64  `json:"duration_ns,omitempty"` // from start to end (end)
+}

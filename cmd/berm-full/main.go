@@ -20,6 +20,7 @@ usage:
   berm doctor [--json]                what this kernel lets berm use
   berm approvals [--json]             actions held for a person's decision (spec.approvals)
   berm approve|deny ID [--reason T]   decide one
+  berm mcp serve|proxy [flags]        MCP: berm's run tool for agents; an MCP server behind berm
 
 every command takes --state-dir DIR (default /var/lib/berm); 'berm CMD -h' lists the flags.
 `

@@ -330,3 +330,30 @@ func TestDaemonWarmCallTakesItsCaps(t *testing.T) {
 		t.Fatalf("%v warm launches, want both calls warm", w)
 	}
 }
+
+// A call whose sandbox cannot be set up after its init started (here: an init without its
+// stage beside it) ends as setup_failed, and bermd goes on serving: it once crashed reading
+// the pid of the init the failed set-up had already ended.
+func TestDaemonSurvivesACallItCannotSetUp(t *testing.T) {
+	bermbin.RequireRoot(t)
+	dir := t.TempDir()
+	lone := filepath.Join(dir, "berm-init")
+	data, err := os.ReadFile(bermbin.Path(t, "berm-init"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	d := startDaemon(t, "--init", lone)
+	for i := range 2 {
+		r := d.run(t, "", "--", "/bin/true")
+		if r.Exit != 125 || !strings.Contains(r.Stderr, "setup_failed") {
+			t.Fatalf("call %d: exit %d, stderr %q; want 125 and setup_failed", i, r.Exit, r.Stderr)
+		}
+	}
+	if d.cmd.ProcessState != nil || d.cmd.Process.Signal(syscall.Signal(0)) != nil {
+		t.Fatalf("bermd is gone:\n%s", d.log)
+	}
+}

@@ -231,8 +231,26 @@ func Describe(e *event.Event) string {
 		return credentialDetail(e.Credential)
 	case e.Approval != nil:
 		return approvalDetail(e.Approval)
+	case e.MCP != nil:
+		return mcpDetail(e.MCP)
 	}
 	return ""
+}
+
+// mcpDetail is a relayed MCP request's line: its start with the tool and arguments, or its
+// end with the status and how long the server took.
+func mcpDetail(m *event.MCP) string {
+	d := fmt.Sprintf("mcp %s %s id %s", Safe(m.Phase), Safe(m.Method), Safe(m.RequestID))
+	if m.Name != "" {
+		d += " tool " + Safe(m.Name)
+	}
+	if m.Phase == "start" {
+		if m.Arguments != "" {
+			d += " " + Safe(m.Arguments)
+		}
+		return d
+	}
+	return d + fmt.Sprintf(" -> %s after %s", Safe(m.Status), time.Duration(m.DurationNs).Round(time.Microsecond))
 }
 
 // approvalDetail is an approval event's line: the request, or its outcome with who decided

@@ -91,6 +91,7 @@ func hostileCall() (*Call, []event.Event) {
 		add(event.Event{Kind: event.KindLimit, Limit: &event.Limit{Resource: h, Detail: h}})
 		add(event.Event{Kind: event.KindReload, Reload: &event.Reload{Surface: h, Detail: h}})
 		add(event.Event{Kind: event.KindCredential, Credential: &event.Credential{Name: h, Action: h, Fingerprint: h, Source: h, Delivery: h, Result: h, Where: h, Encoding: h, OtherCall: h, OtherTenant: h}})
+		add(event.Event{Kind: event.KindMCP, MCP: &event.MCP{Phase: h, Method: h, Name: h, RequestID: h, Arguments: h, Status: h}})
 		add(event.Event{Kind: event.Kind(h)})
 	}
 	return c, evs

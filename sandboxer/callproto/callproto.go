@@ -55,6 +55,10 @@ type Request struct {
 	// DNSUpstream is where the call's allowed DNS queries go (berm run --dns-upstream);
 	// empty: bermd's --dns-upstream, else the host's resolv.conf.
 	DNSUpstream string `json:"dns_upstream,omitempty"`
+	// MCPSession and MCPRequestID name the MCP tools/call the call serves (berm mcp serve):
+	// its session and JSON-RPC id, kept in the call's record.
+	MCPSession   string `json:"mcp_session,omitempty"`
+	MCPRequestID string `json:"mcp_request_id,omitempty"`
 }
 
 // Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and
@@ -72,10 +76,26 @@ type Interrupt struct {
 	Signal string `json:"signal"`
 }
 
-// Stop ends a running call early, for a reason of the caller's or the daemon's.
+// Mark is a line the client may send while the call runs instead of an Interrupt: berm's
+// MCP proxy, which relays a client's requests to the MCP server the call runs, saying it
+// passed one on (or got its answer). The daemon records it in the call's trail as a KindMCP
+// event, timed when it reads it.
+type Mark struct {
+	MCP *event.MCP `json:"mcp"`
+}
+
+// ClientLine is any line a client sends while its call runs: an Interrupt or a Mark.
+type ClientLine struct {
+	Signal string     `json:"signal,omitempty"`
+	MCP    *event.MCP `json:"mcp,omitempty"`
+}
+
+// Stop ends a running call early, for a reason of the caller's or the daemon's. A Stop with
+// MCP set ends nothing: it is a Mark for the call's trail.
 type Stop struct {
 	Reason event.EndReason
 	Detail string
+	MCP    *event.MCP
 }
 
 // Reply ends a run connection.
@@ -103,7 +123,7 @@ type RawReply struct {
 
 // Version is the run protocol's version, MAJOR.MINOR (PROTOCOL.md): a new minor version only
 // adds optional fields, which an older peer ignores; a new major version changes the wire.
-const Version = "1.0"
+const Version = "1.1"
 
 // Major is Version's major number: bermd refuses a request of another.
 const Major = 1
@@ -216,24 +236,9 @@ func (c *Conn) RunRaw(req *Request, stdio [3]*os.File, interrupts <-chan os.Sign
 }
 
 func (c *Conn) run(req *Request, stdio [3]*os.File, interrupts <-chan os.Signal, rep any) error {
-	fd := c.fd
-	if fd < 0 {
-		return errors.New("connection to bermd already used or closed")
-	}
-	c.fd = -1
-	conn := os.NewFile(uintptr(fd), "bermd")
-	defer conn.Close()
-	if req.Version == "" {
-		req.Version = Version
-	}
-	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	if err := unix.Sendmsg(fd, []byte{RunMagic}, rights, nil, 0); err != nil {
-		return fmt.Errorf("send stdio to bermd: %w", err)
-	}
-	var mu sync.Mutex
-	enc := json.NewEncoder(conn)
-	if err := enc.Encode(req); err != nil {
-		return fmt.Errorf("send call to bermd: %w", err)
+	call, err := c.Start(req, stdio)
+	if err != nil {
+		return err
 	}
 	stop := make(chan struct{})
 	defer close(stop)
@@ -243,13 +248,61 @@ func (c *Conn) run(req *Request, stdio [3]*os.File, interrupts <-chan os.Signal,
 			case <-stop:
 				return
 			case s := <-interrupts:
-				mu.Lock()
-				_ = enc.Encode(Interrupt{Signal: s.String()})
-				mu.Unlock()
+				_ = call.Interrupt(s.String())
 			}
 		}
 	}()
-	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(rep); err != nil {
+	return call.Wait(rep)
+}
+
+// Call is a call sent to bermd, running until Wait returns.
+type Call struct {
+	conn *os.File
+	mu   sync.Mutex
+	enc  *json.Encoder
+}
+
+// Start sends the call over the connection with the given stdio (bermd holds its own copies:
+// the caller may close them once Start returns); the connection is the call's from then on.
+func (c *Conn) Start(req *Request, stdio [3]*os.File) (*Call, error) {
+	fd := c.fd
+	if fd < 0 {
+		return nil, errors.New("connection to bermd already used or closed")
+	}
+	c.fd = -1
+	conn := os.NewFile(uintptr(fd), "bermd")
+	rights := unix.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
+	if err := unix.Sendmsg(fd, []byte{RunMagic}, rights, nil, 0); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("send stdio to bermd: %w", err)
+	}
+	if req.Version == "" {
+		req.Version = Version
+	}
+	call := &Call{conn: conn, enc: json.NewEncoder(conn)}
+	if err := call.enc.Encode(req); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("send call to bermd: %w", err)
+	}
+	return call, nil
+}
+
+// Interrupt asks bermd to end the call (as interrupted, by the named signal).
+func (c *Call) Interrupt(signal string) error { return c.send(Interrupt{Signal: signal}) }
+
+// Mark has bermd record an MCP request relayed to the call's server in its trail (Mark).
+func (c *Call) Mark(m *event.MCP) error { return c.send(Mark{MCP: m}) }
+
+func (c *Call) send(v any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enc.Encode(v)
+}
+
+// Wait reads the reply (a Reply or a RawReply) and closes the connection.
+func (c *Call) Wait(rep any) error {
+	defer c.conn.Close()
+	if err := json.NewDecoder(bufio.NewReader(c.conn)).Decode(rep); err != nil {
 		return fmt.Errorf("bermd ended the call without a reply: %w", err)
 	}
 	return nil

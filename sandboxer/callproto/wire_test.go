@@ -31,7 +31,7 @@ func wireShape() string {
 	for _, m := range []struct {
 		name string
 		v    any
-	}{{"Request", Request{}}, {"Terminal", Terminal{}}, {"Limits", event.Limits{}}, {"Interrupt", Interrupt{}}, {"Reply", Reply{}}, {"RawReply", RawReply{}}, {"ReadRequest", ReadRequest{}}, {"ReadReply", ReadReply{}}} {
+	}{{"Request", Request{}}, {"Terminal", Terminal{}}, {"Limits", event.Limits{}}, {"Interrupt", Interrupt{}}, {"Mark", Mark{}}, {"MCP", event.MCP{}}, {"Reply", Reply{}}, {"RawReply", RawReply{}}, {"ReadRequest", ReadRequest{}}, {"ReadReply", ReadReply{}}} {
 		fields(&b, m.name, reflect.TypeOf(m.v))
 	}
 	rec := reflect.TypeOf(event.CallRecord{})

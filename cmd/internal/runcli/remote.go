@@ -103,3 +103,28 @@ func indentRecord(record []byte) ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// Start hands the call to bermd with the given stdio, for a caller that serves calls rather
+// than being one (berm mcp): it resolves the call as Remote does and returns it running; the
+// caller waits for it (callproto.Call.Wait) and then runs cleanup. Only through bermd:
+// ViaDaemon must have said so.
+func (o *Options) Start(stdio [3]*os.File) (call *callproto.Call, cleanup func(), err error) {
+	conn := o.conn
+	o.conn = nil
+	cleanup, err = o.Resolve()
+	if err == nil && conn == nil {
+		conn, err = callproto.Dial(o.Socket)
+	}
+	if err == nil {
+		call, err = conn.Start(&o.Request, stdio)
+		conn = nil
+	}
+	if conn != nil {
+		conn.Close()
+	}
+	if err != nil {
+		cleanup()
+		return nil, func() {}, err
+	}
+	return call, cleanup, nil
+}

@@ -225,3 +225,21 @@ ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;
 ALTER TABLE berm.events_local ADD COLUMN path_changed UInt8;
 
 ALTER TABLE berm.events ADD COLUMN path_changed UInt8;
+
+-- migration 0011 add_mcp_method_mcp_phase_mcp_request_id_mcp_stat
+
+ALTER TABLE berm.events_local ADD COLUMN mcp_phase String;
+
+ALTER TABLE berm.events_local ADD COLUMN mcp_method String;
+
+ALTER TABLE berm.events_local ADD COLUMN mcp_request_id String;
+
+ALTER TABLE berm.events_local ADD COLUMN mcp_status String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_phase String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_method String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_request_id String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_status String;

@@ -169,3 +169,13 @@ ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;
 -- migration 0010 add_path_changed
 
 ALTER TABLE berm.events ADD COLUMN path_changed UInt8;
+
+-- migration 0011 add_mcp_method_mcp_phase_mcp_request_id_mcp_stat
+
+ALTER TABLE berm.events ADD COLUMN mcp_phase String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_method String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_request_id String;
+
+ALTER TABLE berm.events ADD COLUMN mcp_status String;

@@ -224,3 +224,21 @@ ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt
 ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS path_changed UInt8;
 
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS path_changed UInt8;
+
+-- migration 0011 add_mcp_method_mcp_phase_mcp_request_id_mcp_stat
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_phase LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_method LowCardinality(String);
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_request_id String;
+
+ALTER TABLE berm.events_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_phase LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_method LowCardinality(String);
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_request_id String;
+
+ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);

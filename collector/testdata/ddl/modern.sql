@@ -168,3 +168,13 @@ ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
 -- migration 0010 add_path_changed
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS path_changed UInt8;
+
+-- migration 0011 add_mcp_method_mcp_phase_mcp_request_id_mcp_stat
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_phase LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_method LowCardinality(String);
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_request_id String;
+
+ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);

@@ -359,10 +359,14 @@ func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.
 	}
 	go func() {
 		for {
-			var in callproto.Interrupt
+			var in callproto.ClientLine
 			if err := dec.Decode(&in); err != nil {
 				send(callproto.Stop{Reason: event.EndClientLost, Detail: fmt.Sprintf("client connection lost: %v", err)})
 				return
+			}
+			if in.MCP != nil {
+				send(callproto.Stop{MCP: in.MCP})
+				continue
 			}
 			send(callproto.Stop{Reason: event.EndInterrupted, Detail: "berm run received " + in.Signal})
 		}
