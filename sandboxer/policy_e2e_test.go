@@ -69,6 +69,11 @@ func TestSeedIncidentContained(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, "cleanup.py"), script, 0o644)
 	r := run(t, state, "--call-id", "seed", "--tool", "cleanup-temp", "--workspace", ws, "--", "python3", "cleanup.py")
 	t.Logf("tool exit %d: %s %s", r.Exit, r.Stdout, r.Stderr)
+	// The tool learns why: the refusal reads EPERM (a folder not its own) or EBUSY (a mount
+	// point), never EOVERFLOW ("Value too large for defined data type").
+	if !strings.Contains(r.Stderr, "[Errno 1] Operation not permitted") && !strings.Contains(r.Stderr, "[Errno 16] Device or resource busy") {
+		t.Errorf("the tool's error is not EPERM or EBUSY:\n%s", r.Stderr)
+	}
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("customer file lost: %v", err)
