@@ -219,3 +219,9 @@ ALTER TABLE berm.events ADD COLUMN dns_verdict String;
 ALTER TABLE berm.calls_local ADD COLUMN dropped_dns UInt64;
 
 ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;
+
+-- migration 0010 add_surface_reasons
+
+ALTER TABLE berm.calls_local ADD COLUMN surface_reasons Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN surface_reasons Array(String);

@@ -165,3 +165,7 @@ ALTER TABLE berm.events ADD COLUMN dns_verdict String;
 -- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls ADD COLUMN dropped_dns UInt64;
+
+-- migration 0010 add_surface_reasons
+
+ALTER TABLE berm.calls ADD COLUMN surface_reasons Array(String);

@@ -218,3 +218,9 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS dns_verdict Low
 ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
 
 ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
+
+-- migration 0010 add_surface_reasons
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_reasons Array(String);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_reasons Array(String);

@@ -164,3 +164,7 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS dns_verdict LowCardinality(Stri
 -- migration 0009 add_dropped_dns
 
 ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS dropped_dns UInt64;
+
+-- migration 0010 add_surface_reasons
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_reasons Array(String);
