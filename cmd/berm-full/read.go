@@ -82,8 +82,8 @@ func (c callFlags) open() (audit.Filter, audit.Source, func(), error) {
 func cmdCalls(args []string) int {
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
 	cf := addCallFlags(fs, "", "only calls started since: a duration ago (1h) or an RFC 3339 time")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	f, src, closeSrc, err := cf.open()
 	if err != nil {
@@ -115,8 +115,8 @@ func cmdTimeline(args []string) int {
 	var id string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
+		if code, done := parseFlags(fs, rest); done {
+			return code
 		}
 		if fs.NArg() == 0 {
 			break

@@ -24,6 +24,9 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 	var errb bytes.Buffer
 	c := Caller{Stderr: &errb, LookupEnv: inv.LookupEnv, Getwd: func() (string, error) { return invocationWd(inv) }}
 	o, err := parseFor(inv.Args, c)
+	if errors.Is(err, ErrHelpRequested) {
+		return callproto.FrontCall{End: callproto.FrontEnd{Status: 0, Stderr: errb.Bytes()}}
+	}
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(&errb, "berm: %v\n", err)

@@ -48,7 +48,7 @@ func TestInvokeResolvesInTheCallersContext(t *testing.T) {
 		{name: "bermd's environment is not the caller's", args: []string{"--socket", sock, "--env", "BERM_INVOKE_TEST_BERMD_ONLY", "--", "/bin/true"},
 			status: 1, stderr: "berm: --env: BERM_INVOKE_TEST_BERMD_ONLY is not set in the caller's environment\n"},
 		{name: "a bad flag", args: []string{"--socket", sock, "--memory", "lots", "--", "/bin/true"},
-			status: 2, stderr: `berm: invalid value "lots" for flag -memory: expected a positive size like 512Mi, 1G or 65536, got "lots"` + "\n"},
+			status: 2, stderr: `berm run: invalid value "lots" for flag -memory: expected a positive size like 512Mi, 1G or 65536, got "lots" (berm run -h lists the flags)` + "\n"},
 		{name: "BERM_DAEMON as the caller has it", args: []string{"--socket", sock, "--", "/bin/true"}, env: []string{"BERM_DAEMON=sometimes"},
 			status: 2, stderr: "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got \"sometimes\"\n"},
 		{name: "no command", args: []string{"--socket", sock}, status: 2, stderr: "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]\n"},

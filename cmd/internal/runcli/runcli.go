@@ -7,6 +7,7 @@ package runcli
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -112,6 +113,10 @@ func (c Caller) abs(p string) (string, error) {
 }
 
 // Parse reads the flags. A usage error has been printed when it returns an error.
+// ErrHelpRequested: -h or --help was given and the usage printed; the command succeeded
+// (exit 0). flag.ErrHelp from Parse means a usage error already printed (exit 2).
+var ErrHelpRequested = errors.New("help requested")
+
 func Parse(args []string) (*Options, error) { return parseFor(args, thisProcess) }
 
 func parseFor(args []string, c Caller) (*Options, error) {
@@ -144,8 +149,17 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&o.ApprovalWebhook, "approval-webhook", "", "POST each approval request to this URL, signed (embedded agent only; bermd has --approval-webhook)")
 	fs.StringVar(&o.ApprovalWebhookSecret, "approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	fs.StringVar(&r.DNSUpstream, "dns-upstream", "", "DNS server the call's allowed queries go to, ADDR or ADDR:PORT (default: bermd's --dns-upstream, else the host's resolv.conf)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	// The flag package would print its error and the whole usage, and the caller the error
+	// again: one line for a bad flag, the usage only when asked for.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(c.Stderr, "usage: berm run [flags] -- CMD [ARGS...]\n\nflags:\n")
+		fs.SetOutput(c.Stderr)
+		fs.PrintDefaults()
+		return nil, ErrHelpRequested
+	} else if err != nil {
+		fmt.Fprintf(c.Stderr, "berm run: %v (berm run -h lists the flags)\n", err)
+		return nil, flag.ErrHelp
 	}
 	r.Argv = fs.Args()
 	if len(r.Argv) == 0 {
