@@ -116,3 +116,30 @@ func TestInvokeFinish(t *testing.T) {
 		t.Fatalf("a call that did not run: %d %q", end.Status, end.Stderr)
 	}
 }
+
+// berm run -h through bermd (the C front hands it the invocation) is the usage and success;
+// a bad flag is one line and exit 2, as through the Go front.
+func TestInvokeHelpAndBadFlag(t *testing.T) {
+	own := func(string) bool { return true }
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		want   string // stderr starts with it
+		lines  int    // stderr's lines, when set
+	}{
+		{"-h", []string{"-h"}, 0, "usage: berm run [flags] -- CMD [ARGS...]\n", 0},
+		{"--help after flags", []string{"--tool", "x", "--help"}, 0, "usage: berm run", 0},
+		{"a bad flag", []string{"--bogus", "--", "true"}, 2, "berm run: flag provided but not defined: -bogus (berm run -h lists the flags)\n", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fc := Invoke(&callproto.Invocation{Args: c.args}, own)
+			if fc.Request != nil || fc.Fallback || fc.End.Status != c.status || !strings.HasPrefix(string(fc.End.Stderr), c.want) {
+				t.Fatalf("status %d, stderr %q (request %v, fallback %v); want %d, stderr starting %q", fc.End.Status, fc.End.Stderr, fc.Request, fc.Fallback, c.status, c.want)
+			}
+			if n := strings.Count(string(fc.End.Stderr), "\n"); c.lines > 0 && n != c.lines {
+				t.Errorf("%d lines of stderr, want %d:\n%s", n, c.lines, fc.End.Stderr)
+			}
+		})
+	}
+}
