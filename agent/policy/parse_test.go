@@ -223,7 +223,7 @@ func TestCheckMain(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte(header+"spec: {mode: audit}\n"), 0o600)
+	os.WriteFile(good, []byte(header+"spec: {mode: enforce}\n"), 0o600)
 	os.WriteFile(bad, []byte(header+"spec:\n  resources: {memory: lots, pids: 0}\n"), 0o600)
 	caps := filepath.Join(dir, "caps.yaml")
 	os.WriteFile(caps, []byte(header+"spec:\n  isolation: {capabilities: [CAP_NET_RAW]}\n"), 0o600)
