@@ -21,7 +21,7 @@ func TestCommandLinesHelpVersionAndBadFlags(t *testing.T) {
 		stderr string   // the whole of stderr, when set
 	}{
 		{"berm -h lists every command", "berm", []string{"-h"}, 0,
-			[]string{"berm run", "berm calls", "berm timeline", "berm matrix", "berm doctor", "berm approvals", "berm approve|deny", "berm policy check", "berm policy show-strict", "berm rules lint|test", "berm version"}, ""},
+			[]string{"berm run", "berm calls", "berm timeline", "berm matrix", "berm doctor", "berm approvals", "berm approve|deny", "berm policy check", "berm policy diff", "berm policy show-strict", "berm rules lint|test", "berm version"}, ""},
 		{"berm --help", "berm", []string{"--help"}, 0, []string{"usage:"}, ""},
 		{"berm help", "berm", []string{"help"}, 0, []string{"usage:"}, ""},
 		{"berm version", "berm", []string{"version", "--no-probe"}, 0, []string{"berm ", "commit: ", "go: go1."}, ""},

@@ -21,6 +21,7 @@ usage:
   berm approvals [--json]              actions held for a person's decision (spec.approvals)
   berm approve|deny ID [--reason T]    decide one
   berm policy check FILE...            check policy files
+  berm policy diff A B                 what differs between two policies (strict: the built-in)
   berm policy show-strict              print the built-in strict policy
   berm rules lint|test PATH...         check detection rules, run their tests
   berm version [--json]                berm's version, commit, Go and kernel features (also --version)
