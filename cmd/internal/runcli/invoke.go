@@ -54,7 +54,10 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 		}
 		r := rep.Record
 		end := callEnd{CallID: r.CallID, EndReason: r.EndReason, EndDetail: r.EndDetail, Dropped: r.Dropped}
-		fe := callproto.FrontEnd{Status: rep.ExitStatus, Stderr: endNotes(end, rep.ExitStatus, rep.Warning)}
+		fe := callproto.FrontEnd{Status: rep.ExitStatus}
+		if !o.Quiet {
+			fe.Stderr = endNotes(end, rep.ExitStatus, rep.Warning)
+		}
 		if o.Summary != "" {
 			// The front writes the file itself, in its own context; bermd only encodes.
 			data, err := json.MarshalIndent(r, "", "  ")

@@ -143,3 +143,42 @@ func TestInvokeHelpAndBadFlag(t *testing.T) {
 		})
 	}
 }
+
+// --quiet: the tool's stderr carries none of berm's lines about how the call ended; without
+// it, a call berm ended says so there.
+func TestInvokeQuietLeavesStderrToTheTool(t *testing.T) {
+	dir := t.TempDir()
+	cwd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cwd.Close()
+	sock := filepath.Join(dir, "bermd.sock")
+	own := func(p string) bool { return p == sock }
+	rec := &event.CallRecord{CallStart: event.CallStart{CallID: "c"}, EndReason: event.EndTimeout, EndDetail: "wall-time cap of 1s", Dropped: event.Drop{Kernel: 2}}
+	for _, c := range []struct {
+		name  string
+		quiet bool
+	}{{"without --quiet", false}, {"with --quiet", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"--socket", sock, "--workspace", dir, "--", "/bin/true"}
+			if c.quiet {
+				args = append([]string{"--quiet"}, args...)
+			}
+			fc := Invoke(&callproto.Invocation{Args: args, Cwd: cwd}, own)
+			if fc.Cleanup != nil {
+				defer fc.Cleanup()
+			}
+			if fc.Request == nil || fc.Finish == nil {
+				t.Fatalf("no call: %d %q", fc.End.Status, fc.End.Stderr)
+			}
+			fe := fc.Finish(callproto.Reply{Record: rec, ExitStatus: 137, Warning: "w"})
+			if got := string(fe.Stderr); c.quiet != (got == "") || !c.quiet && !strings.Contains(got, "berm: call c ended: timeout") {
+				t.Errorf("stderr %q (quiet %v)", got, c.quiet)
+			}
+			if fe.Status != 137 {
+				t.Errorf("status %d, want the call's 137", fe.Status)
+			}
+		})
+	}
+}

@@ -30,10 +30,14 @@ type Options struct {
 	// StateDirGiven: an explicit --state-dir means this journal, so the embedded agent.
 	StateDirGiven bool
 	Summary       string
-	Daemon        string // auto, never, required
-	Socket        string
-	Rules         []string
-	NoRules       bool
+	// Quiet: none of berm's own lines about the ended call on stderr (how it ended, events
+	// dropped, warnings): the tool's stderr is the tool's alone; --summary and berm timeline
+	// have them.
+	Quiet   bool
+	Daemon  string // auto, never, required
+	Socket  string
+	Rules   []string
+	NoRules bool
 	// ApprovalWebhook and ApprovalWebhookSecret: the embedded run POSTs each approval
 	// request there, HMAC-signed with the key in the file (bermd has flags of its own).
 	ApprovalWebhook, ApprovalWebhookSecret string
@@ -131,6 +135,7 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&o.workspace, "workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
 	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
 	fs.StringVar(&o.Summary, "summary", "", "write the call record as JSON to this file")
+	fs.BoolVar(&o.Quiet, "quiet", false, "print none of berm's own lines about the ended call on stderr (the record has them: --summary, berm timeline)")
 	// Caps not given as flags are the policy's (policy.Limits), resolved where the policy is
 	// loaded: zero here means "the policy's".
 	lim := &r.Limits
@@ -287,7 +292,9 @@ func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
 
 // finish is Finish, from the fields it prints and the record's --summary text.
 func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, warning string) int {
-	os.Stderr.Write(endNotes(r, status, warning))
+	if !o.Quiet {
+		os.Stderr.Write(endNotes(r, status, warning))
+	}
 	if o.Summary != "" {
 		data, err := summary()
 		if err == nil {
