@@ -25,13 +25,16 @@ func TestBenignCorpusRunsWithoutDenialsOrViolations(t *testing.T) {
 		// The strict policy opens no port, loopback's included: the server is the call's own,
 		// on a unix socket in its workspace.
 		{"curl against a local server", "curl",
-			`python3 -c 'import http.server, socketserver, threading, subprocess
+			`cat > serve.py <<'X'
+import http.server, socketserver
 class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer): pass
 class H(http.server.SimpleHTTPRequestHandler):
     def address_string(self): return "local"
-s = S("srv.sock", H)
-threading.Thread(target=s.serve_forever, daemon=True).start()
-subprocess.run(["curl", "-fsS", "--unix-socket", "srv.sock", "-o", "got", "http://localhost/"], check=True)' && test -s got`},
+S("srv.sock", H).serve_forever()
+X
+python3 serve.py & until [ -S srv.sock ]; do sleep 0.1; done
+curl -fsS --unix-socket srv.sock -o got http://localhost/serve.py; rc=$?
+kill $!; wait; rm -f srv.sock; test $rc = 0 && test -s got`},
 		{"git init and commit", "git",
 			`git init -q repo && cd repo && git config user.email t@example.com && git config user.name t && echo a > a && git add a && git commit -qm first && git log --oneline | grep -c first`},
 		{"python with threads and a subprocess", "python3",
