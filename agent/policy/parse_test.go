@@ -96,7 +96,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{
 				`p.yaml:6:3: spec.resource: unknown field, expected one of approvals, credentials, filesystem, isolation, mode, network, observability, output, resources, syscalls`,
 				`p.yaml:8:5: spec.filesystem.reads: unknown field, expected one of allowSpecialFiles, deny, exec, read, write`,
-				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, kind, metadata, spec`,
+				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, extends, kind, metadata, spec`,
 			}},
 		{"missing top level", "kind: ToolPolicy\n",
 			[]string{`p.yaml:1:1: apiVersion: required field missing`, `p.yaml:1:1: metadata: required field missing`, `p.yaml:1:1: spec: required field missing`}},
