@@ -111,6 +111,8 @@ func cmdTimeline(args []string) int {
 	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
 	asJSON := fs.Bool("json", false, "JSON output")
 	all := fs.Bool("all", false, "also show berm's own sandbox set-up (events of phase setup)")
+	kinds := fs.String("kind", "", "only events of these kinds, K[,K] (exec, open, syscall, denial, alert, ...)")
+	pid := fs.String("pid", "", "only events of this process (host pid)")
 	// Flags may follow the call id.
 	var id string
 	rest := args
@@ -127,7 +129,12 @@ func cmdTimeline(args []string) int {
 		id, rest = fs.Arg(0), fs.Args()[1:]
 	}
 	if id == "" {
-		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
+		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--kind K[,K]] [--pid P] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
+		return 2
+	}
+	filter, err := parseTimelineFilter(*kinds, *pid)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm timeline: %v\n", err)
 		return 2
 	}
 	src, closeSrc, err := openSource(*stateDir, *source)
@@ -142,9 +149,7 @@ func cmdTimeline(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if !*all {
-		evs = slices.DeleteFunc(evs, func(e event.Event) bool { return e.Phase == event.PhaseSetup })
-	}
+	evs = slices.DeleteFunc(evs, func(e event.Event) bool { return !*all && e.Phase == event.PhaseSetup || !filter.keep(&e) })
 	if *asJSON {
 		err = audit.PrintTimelineJSON(os.Stdout, call, evs)
 	} else {
