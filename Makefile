@@ -14,9 +14,15 @@ GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
 all: build
 
+# What `berm version` says of the build (cmd/internal/version): the checkout's description
+# and commit, as GOFLAGS=-buildvcs=false or a tarball leaves Go's own stamp out.
+VERSION_PKG := github.com/bermsec/berm/cmd/internal/version
+VERSION_LDFLAGS ?= -X $(VERSION_PKG).Version=$(shell git describe --tags --always --dirty 2>/dev/null) \
+	-X $(VERSION_PKG).Commit=$(shell git rev-parse HEAD 2>/dev/null)
+
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 	$(MAKE) --no-print-directory front
 
 # The C binaries alone (testenv/bermbin builds them so for tests, FRONT and STAGE naming where).

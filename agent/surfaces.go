@@ -16,8 +16,14 @@ func (c *Call) surfaces(rec *event.CallRecord, alerts map[string]uint64, limits 
 		return l == event.LayerCgroupSock && !c.netAttached || l == event.LayerLSM && !c.lsmAttached
 	})
 	return policy.SurfaceStates(policy.SurfaceFacts{
-		Layers:   layers,
-		Refused:  c.refused,
+		Layers:  layers,
+		Refused: c.refused,
+		LandlockFS: func() uint64 {
+			if c.policy == nil || !slices.Contains(layers, event.LayerLandlock) {
+				return 0
+			}
+			return c.policy.Landlock.HandledFS
+		}(),
 		Audit:    c.policy != nil && c.policy.Mode == policy.Audit,
 		Caps:     rec.Limits != (event.Limits{}),
 		Complete: rec.Complete,

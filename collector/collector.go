@@ -139,7 +139,7 @@ func (c *Collector) connect(ctx context.Context) (driver.Conn, SchemaOptions, er
 	if c.conn != nil {
 		return c.conn, c.schema, nil
 	}
-	conn, err := dial(ctx, c.opts)
+	conn, err := dialCreating(ctx, c.opts, c.db)
 	if err != nil {
 		return nil, SchemaOptions{}, err
 	}

@@ -81,6 +81,32 @@ func dial(ctx context.Context, opts *clickhouse.Options) (driver.Conn, error) {
 	return conn, nil
 }
 
+// unknownDatabase is ClickHouse's error code for a database that does not exist.
+const unknownDatabase = 81
+
+// dialCreating is dial for a writer of the schema (the collector, MigrateDSN): a database
+// that does not exist yet is created through the server's default database, as the tables in
+// it are. When the server refuses that too, the error names the statement to run.
+func dialCreating(ctx context.Context, opts *clickhouse.Options, db string) (driver.Conn, error) {
+	conn, err := dial(ctx, opts)
+	var ex *clickhouse.Exception
+	if err == nil || !errors.As(err, &ex) || ex.Code != unknownDatabase {
+		return conn, err
+	}
+	admin := *opts
+	admin.Auth.Database = "default"
+	ac, cerr := dial(ctx, &admin)
+	if cerr == nil {
+		cerr = ac.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+db)
+		ac.Close()
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("clickhouse %s has no database %s and creating it failed (%v): run CREATE DATABASE %s there (on every node of a cluster)",
+			strings.Join(opts.Addr, ","), db, cerr, db)
+	}
+	return dial(ctx, opts)
+}
+
 // serverDialect reads the dialect the schema was created with, or picks one for the server.
 // It is sticky: a server upgraded past 20.3 keeps its legacy tables and their dialect.
 func serverDialect(ctx context.Context, conn driver.Conn, db string) (Dialect, bool, error) {

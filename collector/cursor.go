@@ -122,3 +122,6 @@ func (c *cursor) save(st cursorState) error {
 }
 
 func (c *cursor) close() error { return c.lock.Close() }
+
+// RedactDSN is a DSN as berm prints it: without its password.
+func RedactDSN(dsn string) string { return redactDSN(dsn) }

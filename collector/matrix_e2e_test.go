@@ -80,7 +80,8 @@ func TestMatrixGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// BPF LSM decides whether a policy is degraded: one golden per kind of kernel.
+	// One golden per kind of kernel (BPF LSM allowed or refused): where Landlock handles every
+	// right BPF LSM would enforce, both kinds give the same states (policy.SurfaceStates).
 	golden := "testdata/matrix-lsm-refused.golden"
 	if probe.Run(probe.Cgroups{Err: errors.New("not probed here")}).Has("bpf_lsm") {
 		golden = "testdata/matrix-lsm.golden"

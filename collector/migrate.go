@@ -96,7 +96,7 @@ func MigrateDSN(ctx context.Context, dsn, cluster string, retention time.Duratio
 	if err != nil {
 		return err
 	}
-	conn, err := dial(ctx, opts)
+	conn, err := dialCreating(ctx, opts, db)
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,9 @@ func TestShipAndReadBack(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+db+".calls ARRAY JOIN surfaces AS surface, surface_states AS state WHERE length(surfaces) = 6"); n != 5*6 {
 		t.Fatalf("surface rows: %d, want %d", n, 5*6)
 	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE length(surface_reasons) = 6"); n != 5 {
+		t.Fatalf("calls with a reason per surface: %d, want 5", n)
+	}
 	if n := count(t, conn, "SELECT count() FROM "+db+".calls ARRAY JOIN surfaces AS surface, surface_states AS state, surface_layers AS layers, surface_violations AS v "+
 		"WHERE surface = 'policy' AND state = 'enforced' AND layers = ['landlock'] AND v = 1"); n != 2 {
 		t.Fatalf("violated policy surfaces: %d, want 2 (calls 0 and 2; call 4 has no surfaces)", n)

@@ -10,7 +10,7 @@ import (
 // LintMain implements `berm rules lint [--shipped] PATH...`: loads the files and prints every
 // problem as file:line:column. Exit status 0 clean, 1 problems, 2 usage.
 func LintMain(args []string, stdout, stderr io.Writer) int {
-	set, code := loadForCLI("lint", args, stderr)
+	set, code := loadForCLI("lint", args, stdout, stderr)
 	if set == nil {
 		return code
 	}
@@ -21,7 +21,7 @@ func LintMain(args []string, stdout, stderr io.Writer) int {
 // TestMain implements `berm rules test [--shipped] [-v] PATH...`: runs every rule's embedded
 // tests and prints a summary. Exit status 0 all passed, 1 failures, 2 usage.
 func TestMain(args []string, stdout, stderr io.Writer) int {
-	set, code := loadForCLI("test", args, stderr, "v")
+	set, code := loadForCLI("test", args, stdout, stderr, "v")
 	if set == nil {
 		return code
 	}
@@ -51,23 +51,29 @@ func TestMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func loadForCLI(name string, args []string, stderr io.Writer, boolFlags ...string) (*Set, int) {
+func loadForCLI(name string, args []string, stdout, stderr io.Writer, boolFlags ...string) (*Set, int) {
 	fs := flag.NewFlagSet("berm rules "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	shipped := fs.Bool("shipped", false, "include the embedded ruleset (its lists and macros are then usable)")
 	for _, b := range boolFlags {
 		fs.Bool(b, false, "verbose: print every test case")
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: berm rules %s [--shipped] [-v] PATH...\n", name)
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: berm rules %s [--shipped] [-v] PATH...\n", name)
+		fs.SetOutput(w)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	// -h is the usage on stdout and success; a bad flag one line, not the usage around it.
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return nil, 0
+	} else if err != nil {
+		fmt.Fprintf(stderr, "berm rules %s: %v (berm rules %s -h lists the flags)\n", name, err, name)
 		return nil, 2
 	}
 	paths := fs.Args()
 	if len(paths) == 0 && !*shipped {
-		fs.Usage()
+		usage(stderr)
 		return nil, 2
 	}
 	var set *Set

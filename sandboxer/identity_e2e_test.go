@@ -276,3 +276,38 @@ func TestWarmSandboxesMapEachCallsOwner(t *testing.T) {
 		}
 	}
 }
+
+// A file of someone else in the workspace (root's, as the directory a host mount sits on) has
+// an owner the tool is not, and the kernel's answers say so: writing it and changing its mode
+// are refused with EACCES and EPERM, its content stays; unlinking it is what unlinking someone
+// else's file in a directory of one's own is on any Unix system (allowed: the workspace's
+// entries are the tool's to remove). No answer is EOVERFLOW, which an owner the workspace's
+// idmap did not map gave every one of them.
+func TestSomeoneElsesFileInTheWorkspaceGetsClearAnswers(t *testing.T) {
+	bermbin.RequireRoot(t)
+	ws := bermbin.Workspace(t)
+	for _, f := range []string{"roots", "roots2"} {
+		if err := os.WriteFile(filepath.Join(ws, f), []byte("root's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := run(t, t.TempDir(), "--call-id", "foreign", "--workspace", ws, "--", "sh", "-c",
+		`echo x >> roots; echo "write=$?"; chmod 666 roots; echo "chmod=$?"; touch -d 2001-01-01 roots; echo "touch=$?"; rm -f roots2; echo "rm=$?"`)
+	t.Logf("exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
+	if strings.Contains(r.Stderr, "too large") {
+		t.Errorf("an answer reads EOVERFLOW:\n%s", r.Stderr)
+	}
+	for _, want := range []string{"write=2", "chmod=1", "touch=1", "rm=0"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("want %s in\n%s", want, r.Stdout)
+		}
+	}
+	for _, want := range []string{"Permission denied", "Operation not permitted"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("want %q in the tool's errors:\n%s", want, r.Stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "roots")); string(b) != "root's\n" {
+		t.Errorf("root's file changed: %q", b)
+	}
+}

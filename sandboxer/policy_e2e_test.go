@@ -69,6 +69,11 @@ func TestSeedIncidentContained(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, "cleanup.py"), script, 0o644)
 	r := run(t, state, "--call-id", "seed", "--tool", "cleanup-temp", "--workspace", ws, "--", "python3", "cleanup.py")
 	t.Logf("tool exit %d: %s %s", r.Exit, r.Stdout, r.Stderr)
+	// The tool learns why: the refusal reads EPERM (a folder not its own) or EBUSY (a mount
+	// point), never EOVERFLOW ("Value too large for defined data type").
+	if !strings.Contains(r.Stderr, "[Errno 1] Operation not permitted") && !strings.Contains(r.Stderr, "[Errno 16] Device or resource busy") {
+		t.Errorf("the tool's error is not EPERM or EBUSY:\n%s", r.Stderr)
+	}
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("customer file lost: %v", err)
@@ -97,9 +102,20 @@ func TestSeedIncidentContained(t *testing.T) {
 // the same actions go through and are recorded as would-be denials.
 func TestFilesystemExecAndEscapeDenials(t *testing.T) {
 	bermbin.RequireRoot(t)
+	// A host file outside the call's root: reading it is refused (it is not there). A path the
+	// host does not have either withholds nothing: no denial (a program's probe of a missing
+	// ~/.curlrc is its normal path).
+	hiddenFile, err := os.CreateTemp("/var/tmp", "berm-hidden-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hiddenFile.Close()
+	hidden := hiddenFile.Name()
+	defer os.Remove(hidden)
 	script := `cat /etc/ssh/ssh_config > /dev/null; echo "read=$?"
 echo x > /etc/berm-test-file; echo "write=$?"
-cat /home/nothing 2>/dev/null; echo "hidden=$?"
+cat ` + hidden + ` 2>/dev/null; echo "hidden=$?"
+cat /home/nothing 2>/dev/null; echo "nothing=$?"
 cp /usr/bin/true ./mytrue && ./mytrue; echo "exec=$?"
 echo $$ > /sys/fs/cgroup/unified/cgroup.procs; echo "cgroup=$?"
 `
@@ -133,10 +149,13 @@ echo $$ > /sys/fs/cgroup/unified/cgroup.procs; echo "cgroup=$?"
 			}
 			if !audit {
 				checks = append(checks, struct{ layer, object string }{"mount", "/etc/berm-test-file"},
-					struct{ layer, object string }{"mount", "/home/nothing"},
+					struct{ layer, object string }{"mount", hidden},
 					struct{ layer, object string }{"mount", "/sys/fs/cgroup/unified/cgroup.procs"})
 			} else {
 				checks = append(checks, struct{ layer, object string }{"landlock", "/sys/fs/cgroup/unified/cgroup.procs"})
+			}
+			if d := findDenial(tl.Events, "mount", "/home/nothing", audit); d != nil {
+				t.Errorf("a read of a path the host does not have either is a denial: %+v", d.Denial)
 			}
 			for _, c := range checks {
 				d := findDenial(tl.Events, c.layer, c.object, audit)

@@ -163,12 +163,21 @@ func idmappedTree(w *workspaceDir, sb *sandbox, noexec bool) (int, error) {
 
 // mappingUserns returns a user namespace mapping uid to hostUID and gid to hostGID, for an
 // idmapped mount. It is a short-lived child's: the namespace lives on with the returned fd.
+//
+// Every other id is mapped too (idmapSwap), to an id the tool's own namespace does not map:
+// a file of someone else in the workspace (the root-owned directory a host mount sits on, the
+// seed incident's bucket) then has a valid owner the tool is not, and the kernel refuses its
+// deletion with EPERM (EBUSY for a mount point of the tool's own). Left unmapped, its owner
+// is invalid and the same refusal reads EOVERFLOW ("Value too large for defined data type"),
+// which tells the tool nothing. No permission is gained: the tool's fsuid and fsgid are the
+// host ids the owner's map to, its supplementary groups are dropped, and no other id maps
+// to them.
 func mappingUserns(uid, hostUID, gid, hostGID uint32) (int, error) {
 	cmd := exec.Command(truePath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(hostUID), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(hostGID), Size: 1}},
+		UidMappings: idmapSwap(uid, hostUID),
+		GidMappings: idmapSwap(gid, hostGID),
 	}
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("user namespace for the idmapped mount: %w", err)
@@ -180,6 +189,31 @@ func mappingUserns(uid, hostUID, gid, hostGID uint32) (int, error) {
 		return -1, fmt.Errorf("user namespace for the idmapped mount: %w", err)
 	}
 	return fd, nil
+}
+
+// maxID is one past the largest valid id: (uid_t)-1 is no id.
+const maxID = 1<<32 - 1
+
+// idmapSwap is the identity map of every id with id and host swapped: id is host's inside,
+// and host, if anything on disk has it, is id's (unmapped in the tool's namespace, which
+// maps only its own id to host). Each id maps to exactly one, as a user namespace requires.
+func idmapSwap(id, host uint32) []syscall.SysProcIDMap {
+	if id == host {
+		return []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: maxID}}
+	}
+	lo, hi := min(id, host), max(id, host)
+	var m []syscall.SysProcIDMap
+	ident := func(from, to uint64) { // [from, to)
+		if to > from {
+			m = append(m, syscall.SysProcIDMap{ContainerID: int(from), HostID: int(from), Size: int(to - from)})
+		}
+	}
+	ident(0, uint64(lo))
+	m = append(m, syscall.SysProcIDMap{ContainerID: int(lo), HostID: int(hi), Size: 1})
+	ident(uint64(lo)+1, uint64(hi))
+	m = append(m, syscall.SysProcIDMap{ContainerID: int(hi), HostID: int(lo), Size: 1})
+	ident(uint64(hi)+1, maxID)
+	return m
 }
 
 // truePath is a program that exits at once, for mappingUserns.

@@ -100,6 +100,9 @@ type SurfaceState struct {
 	Surface string   `json:"surface"` // Surface* name
 	State   string   `json:"state"`   // State* name: enforced, audit, degraded, absent
 	Layers  []string `json:"layers"`  // the Layer* names that enforced (or, in audit mode, watched) it
+	// Reason says why a degraded surface is: the layer missing and the rules it leaves
+	// unenforced, or the events lost. Empty in every other state.
+	Reason string `json:"reason,omitempty"`
 	// Violated: denials, alerts or cap hits were attributed to the surface (Violations of them).
 	Violated   bool   `json:"violated"`
 	Violations uint64 `json:"violations"` // denials (audit mode's would-be denials too), alerts and cap hits

@@ -307,6 +307,10 @@ func Check(path string) []error {
 // CheckMain is `berm policy check FILE...`: every problem on stderr, exit 0 when all files are
 // valid, 1 when one is not, 2 on wrong usage.
 func CheckMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stdout, "usage: berm policy check FILE...")
+		return 0
+	}
 	if len(args) == 0 || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "-") }) {
 		fmt.Fprintln(stderr, "usage: berm policy check FILE...")
 		return 2
@@ -319,6 +323,18 @@ func CheckMain(args []string, stdout, stderr io.Writer) int {
 		}
 		if len(errs) > 0 {
 			rc = 1
+			continue
+		}
+		// What strict protects and this file drops: warnings, not errors (a policy may mean it).
+		var dropped []string
+		if p, err := Load(f); err == nil {
+			dropped = p.Dropped()
+		}
+		for _, d := range dropped {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", f, d)
+		}
+		if len(dropped) > 0 {
+			fmt.Fprintf(stdout, "%s: ok, with %d protections of strict dropped (warnings above)\n", f, len(dropped))
 			continue
 		}
 		fmt.Fprintf(stdout, "%s: ok\n", f)

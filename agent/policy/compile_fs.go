@@ -49,7 +49,7 @@ type grant struct {
 // never granted there, and a link cannot cross the workspace's mount), so only links that
 // exist before the call matter. Those need no walk of the workspace per launch: the tool runs
 // as host ids of its own, and the workspace's idmapped mount maps its owner's files to them
-// and everyone else's to nobody, so a link to another user's file grants only what that file
+// and everyone else's to ids the tool is not (sandboxer idmapSwap), so a link to another user's file grants only what that file
 // grants anyone (fs.protected_hardlinks stops unprivileged users from linking what they could
 // not read and write themselves).
 func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {

@@ -19,11 +19,17 @@ type SyscallRule struct {
 	Action string     // as seccomp.Action spells it: "errno EPERM", "log", "allow", "kill"
 	Errno  unix.Errno // what a refused call returns; 0 for the other actions
 	RuleID uint32
+	// Fallback: the answer is one programs take as "not supported here" and fall back from
+	// on their normal path (glibc's clone3 answered ENOSYS goes on with clone, whose flags
+	// the filter reads): not a denial of anything the program meant to do.
+	Fallback bool
 }
 
 // newNamespaceFlags are the CLONE_NEW* flags; all fit in the low 32 bits the filter reads.
 const newNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWTIME
+
+const fieldDenyNewNamespaces = "spec.syscalls.denyNewNamespaces"
 
 // compileSeccomp builds the filter. In Audit mode every refusal becomes SECCOMP_RET_LOG:
 // the syscall runs and the kernel logs it; the agent attributes it through c.Syscalls.
@@ -90,7 +96,7 @@ func (p *Policy) compileSeccomp(c *Compiled) Errors {
 	add("socketpair", &seccomp.Arg{NotIn: []uint32{unix.AF_UNIX}}, noFamily, "spec.network.allowNetlink",
 		"socketpair families other than unix fail with EAFNOSUPPORT")
 	if s.DenyNewNamespaces {
-		const field = "spec.syscalls.denyNewNamespaces"
+		const field = fieldDenyNewNamespaces
 		ns := &seccomp.Arg{Any: newNamespaceFlags}
 		add("unshare", ns, eperm, field, "deny unshare of new namespaces")
 		add("clone", ns, eperm, field, "deny clone into new namespaces")
@@ -148,8 +154,9 @@ func (p *Policy) compileSeccomp(c *Compiled) Errors {
 		f.Rules = append(f.Rules, r.r)
 		id := c.addRule(event.LayerSeccomp, r.field, r.text)
 		errno, _ := r.r.Action.IsErrno()
+		fallback := r.field == fieldDenyNewNamespaces && event.SyscallName(r.r.Nr) == "clone3" && r.r.Action != seccomp.KillProcess
 		c.Syscalls = append(c.Syscalls, SyscallRule{Nr: r.r.Nr, Name: event.SyscallName(r.r.Nr), Arg: r.r.Arg,
-			Action: r.r.Action.String(), Errno: errno, RuleID: id})
+			Action: r.r.Action.String(), Errno: errno, RuleID: id, Fallback: fallback})
 	}
 	prog, err := f.Program()
 	if err != nil {

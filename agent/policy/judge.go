@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -137,6 +140,29 @@ var pathSyscallNeed = map[string]uint64{
 	"truncate": landlock.Truncate, "execve": landlock.Execute, "execveat": landlock.Execute,
 }
 
+// runtimeProbes are where language runtimes and libraries read the machine's shape to size
+// themselves (CPUs, NUMA nodes, cgroup memory and CPU limits: node, the JVM, Go, Python's
+// multiprocessing). The call's root has no /sys, so they find nothing and take their defaults:
+// read-only facts of the machine, not a user's, and not a refusal the tool meant to meet.
+var runtimeProbes = []string{"/sys/fs/cgroup/", "/sys/fs/berm/", "/sys/devices/system/cpu/", "/sys/devices/system/node/"}
+
+// withheld says whether a path missing from the call's root withholds something: a write
+// there is always refused something; a read only when the host has the path (a program
+// looking for ~/.curlrc or a locale file that exists nowhere is told the truth, not refused),
+// and it is not a runtime probe.
+func withheld(path string, need uint64) bool {
+	if need&^(landlock.ReadFile|landlock.ReadDir) != 0 {
+		return true
+	}
+	for _, pr := range runtimeProbes {
+		if strings.HasPrefix(path, pr) {
+			return false
+		}
+	}
+	_, err := os.Lstat(path)
+	return err == nil || !errors.Is(err, fs.ErrNotExist)
+}
+
 func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64(unix.EPERM) }
 
 // Denial returns the denial an event shows, if any. Only the call's decoder goroutine calls
@@ -151,7 +177,7 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
 		case ret == -int64(unix.EROFS) && !audit:
 			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "read-only in the call's root", Object: path}
-		case ret == -int64(unix.ENOENT) && !p.inRoot(path):
+		case ret == -int64(unix.ENOENT) && !p.inRoot(path) && withheld(path, need):
 			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "not in the call's root", Object: path, Audit: audit}
 		}
 		if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
@@ -196,6 +222,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		// its entry: the rule found here is the filter's decision. The filter runs before the
 		// kernel's own checks (noexec mounts, vm.memfd_noexec), so its refusal names first.
 		if r, ok := p.Compiled.SyscallRuleFor(sc.Nr, sc.Args); ok && r.Action != "allow" {
+			if r.Fallback {
+				return nil // the program's normal path: it goes on another way, which is judged
+			}
 			rule := r.Name
 			if cr, ok := p.Compiled.RuleByID(r.RuleID); ok {
 				rule = cr.Field + ": " + cr.Text

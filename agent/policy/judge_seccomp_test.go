@@ -57,6 +57,13 @@ func TestJudgeSeccompDenials(t *testing.T) {
 		{"fatal ptrace killed", fatal, "ptrace", [6]uint64{16, 1}, unix.SYS_PTRACE, "spec.syscalls.deny[15]: deny ptrace; fatal (spec.syscalls.fatal[0])"},
 		{"fatal family killed", fatal, "socket", [6]uint64{unix.AF_X25}, unix.SYS_SOCKET, "fatal (spec.syscalls.fatal[1])"},
 		{"fatal socket, family allowed", fatal, "socket", [6]uint64{unix.AF_INET}, 3, ""},
+		// glibc's threads and posix_spawn try clone3 first and take ENOSYS as "use clone":
+		// the program's normal path, not a denial; the clone it falls back to is judged.
+		{"clone3 answered ENOSYS is libc's fallback", strict, "clone3", [6]uint64{}, -int64(unix.ENOSYS), ""},
+		{"clone3 in audit mode", audit, "clone3", [6]uint64{}, 4242, ""},
+		{"clone into a new user namespace", strict, "clone", [6]uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm, "spec.syscalls.denyNewNamespaces: deny clone into new namespaces"},
+		{"clone of a thread", strict, "clone", [6]uint64{unix.CLONE_VM | unix.CLONE_THREAD | unix.CLONE_SIGHAND}, 4242, ""},
+		{"unshare of a mount namespace", strict, "unshare", [6]uint64{unix.CLONE_NEWNS}, eperm, "spec.syscalls.denyNewNamespaces"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nr, err := event.SyscallNumber(tc.sys)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -171,8 +172,15 @@ func (d *decoder) oneOf(n *yaml.Node, field string, dst *string, choices ...stri
 	*dst = s
 }
 
-// list decodes a sequence item by item into a fresh slice (an empty list is meaningful).
+// list decodes a sequence item by item into a fresh slice (an empty list is meaningful): a
+// list replaces the parent's (strict's). The additive form {add: [...], remove: [...]} starts
+// from the parent's list instead: add appends entries, remove takes out entries the parent
+// has (an entry it does not have is an error, so a typo does not pass for a removal).
 func list[T any](d *decoder, n *yaml.Node, field string, dst *[]T, item func(n *yaml.Node, field string) (T, bool)) {
+	if n.Kind == yaml.MappingNode {
+		additive(d, n, field, dst, item)
+		return
+	}
 	if n.Kind != yaml.SequenceNode {
 		d.fail(n, field, "expected a list, got %s", describe(n))
 		return
@@ -187,4 +195,31 @@ func list[T any](d *decoder, n *yaml.Node, field string, dst *[]T, item func(n *
 		}
 	}
 	*dst = out
+}
+
+// additive is list's {add, remove} form over the parent's entries in *dst.
+func additive[T any](d *decoder, n *yaml.Node, field string, dst *[]T, item func(n *yaml.Node, field string) (T, bool)) {
+	cur := slices.Clone(*dst)
+	var add, remove []T
+	d.mapping(n, field, fields{
+		"add":    func(n *yaml.Node, f string) { list(d, resolve(n), f, &add, item) },
+		"remove": func(n *yaml.Node, f string) { list(d, resolve(n), f, &remove, item) },
+	})
+	for i, r := range remove {
+		j := slices.IndexFunc(cur, func(c T) bool { return reflect.DeepEqual(c, r) })
+		if j < 0 {
+			d.fail(n, fmt.Sprintf("%s.remove[%d]", field, i), "%v is not in the parent policy's list", r)
+			continue
+		}
+		cur = slices.Delete(cur, j, j+1)
+	}
+	for _, a := range add {
+		if !slices.ContainsFunc(cur, func(c T) bool { return reflect.DeepEqual(c, a) }) {
+			cur = append(cur, a)
+		}
+	}
+	if cur == nil {
+		cur = []T{}
+	}
+	*dst = cur
 }

@@ -96,7 +96,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{
 				`p.yaml:6:3: spec.resource: unknown field, expected one of approvals, credentials, filesystem, isolation, mode, network, observability, output, resources, syscalls`,
 				`p.yaml:8:5: spec.filesystem.reads: unknown field, expected one of allowSpecialFiles, deny, exec, read, write`,
-				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, kind, metadata, spec`,
+				`p.yaml:9:1: extra: unknown field, expected one of apiVersion, extends, kind, metadata, spec`,
 			}},
 		{"missing top level", "kind: ToolPolicy\n",
 			[]string{`p.yaml:1:1: apiVersion: required field missing`, `p.yaml:1:1: metadata: required field missing`, `p.yaml:1:1: spec: required field missing`}},
@@ -223,7 +223,7 @@ func TestCheckMain(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte(header+"spec: {mode: audit}\n"), 0o600)
+	os.WriteFile(good, []byte(header+"spec: {mode: enforce}\n"), 0o600)
 	os.WriteFile(bad, []byte(header+"spec:\n  resources: {memory: lots, pids: 0}\n"), 0o600)
 	caps := filepath.Join(dir, "caps.yaml")
 	os.WriteFile(caps, []byte(header+"spec:\n  isolation: {capabilities: [CAP_NET_RAW]}\n"), 0o600)

@@ -21,7 +21,11 @@ func (d *decoder) policy(root *yaml.Node, p *Policy) {
 				"description": func(n *yaml.Node, f string) { d.str(n, f, &p.Metadata.Description) },
 			}, "name")
 		},
-		"spec": func(n *yaml.Node, f string) { d.spec(n, f, &p.Spec) },
+		// extends names the parent whose values the fields left out take and whose lists the
+		// additive form ({add, remove}) changes: the built-in strict policy, the only parent
+		// today (and the parent when extends is left out).
+		"extends": func(n *yaml.Node, f string) { var s string; d.oneOf(n, f, &s, "strict") },
+		"spec":    func(n *yaml.Node, f string) { d.spec(n, f, &p.Spec) },
 	}, "apiVersion", "kind", "metadata", "spec")
 }
 
@@ -184,8 +188,9 @@ func (d *decoder) egress(n *yaml.Node, field string) (EgressRule, bool) {
 }
 
 func (d *decoder) syscalls(n *yaml.Node, field string, s *Syscalls) {
-	// A file that gives either list replaces the strict lists entirely.
-	var deny, allow []string
+	// A file that gives either list replaces the strict lists entirely; the additive form of
+	// a list ({add, remove}) starts from the parent's.
+	deny, allow := slices.Clone(s.Deny), slices.Clone(s.Allow)
 	var gaveDeny, gaveAllow, gaveDefault bool
 	d.mapping(n, field, fields{
 		"deny":  func(n *yaml.Node, f string) { gaveDeny = true; list(d, n, f, &deny, d.syscall) },

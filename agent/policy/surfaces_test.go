@@ -2,6 +2,8 @@ package policy
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/bermsec/berm/agent/event"
@@ -31,7 +33,7 @@ func TestSurfaceStates(t *testing.T) {
 			},
 		},
 		{
-			name: "a policy whose BPF LSM rules the kernel refused is degraded, with its other layers",
+			name: "a policy whose BPF LSM rules the kernel refused, with no Landlock ruleset, is degraded",
 			facts: SurfaceFacts{Layers: all, Refused: []string{event.LayerLSM}, Caps: true, Complete: true,
 				Denials: map[string]uint64{event.SurfacePolicy: 3}},
 			want: map[string]want{
@@ -127,6 +129,112 @@ func TestEveryLayerHasASurface(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("layer %s serves no surface", l)
+		}
+	}
+}
+
+// The states over policies x the layers a kernel allows (sandboxer/probe's Layers; on this
+// machine kind BPF LSM is refused by lockdown), the facts built as the agent builds them
+// (agent/surfaces.go): a layer the policy does not need does not degrade it, a refused layer
+// whose rules another layer enforces does not either, and a degraded surface names the
+// missing layer and the rules it leaves unenforced.
+func TestSurfaceStatesOverPoliciesAndProbedLayers(t *testing.T) {
+	root := fsTree(t)
+	env := func(abi int) CompileEnv {
+		return CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", LandlockABI: abi, MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
+	}
+	compile := func(p *Policy, abi int) *Compiled {
+		t.Helper()
+		c, err := p.Compile(env(abi))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	audit := Strict()
+	audit.Spec.Mode = Audit
+	policies := []struct {
+		name string
+		c    *Compiled
+	}{
+		{"strict", compile(Strict(), 0)},
+		{"strict on Landlock ABI 2 (no truncate)", compile(Strict(), 2)},
+		{"strict in audit mode", compile(audit, 0)},
+		{"no policy", nil},
+	}
+	kernels := []struct {
+		name   string
+		probed []string // the layers the kernel allows
+	}{
+		{"BPF LSM allowed", []string{event.LayerTrace, event.LayerCgroupSock, event.LayerLandlock, event.LayerSeccomp, event.LayerLSM}},
+		{"BPF LSM refused (lockdown)", []string{event.LayerTrace, event.LayerCgroupSock, event.LayerLandlock, event.LayerSeccomp}},
+		{"BPF LSM refused, no tracer", []string{event.LayerCgroupSock, event.LayerLandlock, event.LayerSeccomp}},
+	}
+	// want[policy][kernel]: the policy surface's state, and a word its reason must hold.
+	type want struct{ state, reason string }
+	wants := map[string]map[string]want{
+		"strict": {
+			"BPF LSM allowed":            {event.StateEnforced, ""},
+			"BPF LSM refused (lockdown)": {event.StateEnforced, ""},
+			"BPF LSM refused, no tracer": {event.StateEnforced, ""},
+		},
+		"strict on Landlock ABI 2 (no truncate)": {
+			"BPF LSM allowed":            {event.StateEnforced, ""},
+			"BPF LSM refused (lockdown)": {event.StateDegraded, "bpf-lsm refused by the kernel: spec.filesystem's truncate rules are not enforced"},
+			"BPF LSM refused, no tracer": {event.StateDegraded, "truncate"},
+		},
+		"strict in audit mode": {
+			"BPF LSM allowed":            {event.StateAudit, ""},
+			"BPF LSM refused (lockdown)": {event.StateAudit, ""},
+			"BPF LSM refused, no tracer": {event.StateDegraded, "would-be denials are not recorded"},
+		},
+		"no policy": {
+			"BPF LSM allowed":            {event.StateAbsent, ""},
+			"BPF LSM refused (lockdown)": {event.StateAbsent, ""},
+			"BPF LSM refused, no tracer": {event.StateAbsent, ""},
+		},
+	}
+	for _, p := range policies {
+		for _, k := range kernels {
+			t.Run(p.name+"/"+k.name, func(t *testing.T) {
+				// As the sandboxer and the agent do: Landlock and seccomp in enforce mode, seccomp
+				// in audit mode; the agent's layers where the kernel allows them, BPF LSM refused
+				// for a call with a policy where it does not.
+				layers := []string{event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs}
+				var refused []string
+				var fs uint64
+				if p.c != nil {
+					layers = append(layers, event.LayerSeccomp)
+					if p.c.Mode == Enforce {
+						layers = append(layers, event.LayerMount, event.LayerLandlock)
+						fs = p.c.Landlock.HandledFS
+					}
+				}
+				for _, l := range []string{event.LayerTrace, event.LayerCgroupSock, event.LayerLSM} {
+					switch {
+					case slices.Contains(k.probed, l):
+						if p.c != nil || l == event.LayerTrace {
+							layers = append(layers, l)
+						}
+					case l == event.LayerLSM && p.c != nil:
+						refused = append(refused, l)
+					}
+				}
+				got := SurfaceStates(SurfaceFacts{Layers: layers, Refused: refused, LandlockFS: fs,
+					Audit: p.c != nil && p.c.Mode == Audit, Caps: true, Complete: true})
+				w := wants[p.name][k.name]
+				for _, s := range got {
+					if s.Surface != event.SurfacePolicy {
+						if s.State == event.StateDegraded {
+							t.Errorf("surface %s degraded: %s", s.Surface, s.Reason)
+						}
+						continue
+					}
+					if s.State != w.state || (w.reason == "") != (s.Reason == "") || !strings.Contains(s.Reason, w.reason) {
+						t.Errorf("policy surface %s (reason %q), want %s (reason with %q)", s.State, s.Reason, w.state, w.reason)
+					}
+				}
+			})
 		}
 	}
 }

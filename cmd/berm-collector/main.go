@@ -10,24 +10,85 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/bermsec/berm/cmd/internal/version"
 	"github.com/bermsec/berm/collector"
 )
 
 func main() {
 	if err := run(); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "berm-collector:", err)
 		os.Exit(1)
 	}
+}
+
+// exitCode ends the program while reading its flags (usage or version printed: 0; a bad
+// flag said: 2).
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit %d", int(c)) }
+
+// parseFlags: -h prints the usage on stdout and succeeds, --version the build; a bad flag is
+// one line, not the flag package's error and usage.
+func parseFlags(showVersion *bool) error {
+	fs := flag.CommandLine
+	fs.Init("berm-collector", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Print("usage: berm-collector --clickhouse DSN [flags]   (or --print-ddl, --migrate, --version)\n\nflags:\n")
+		fs.SetOutput(os.Stdout)
+		fs.PrintDefaults()
+		return exitCode(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "berm-collector: %v (berm-collector -h lists the flags)\n", err)
+		return exitCode(2)
+	case *showVersion:
+		version.Write(os.Stdout, "berm-collector", nil)
+		return exitCode(0)
+	}
+	return nil
+}
+
+// shipped sums a counter of the collector's registry by its table label.
+func shipped(reg *prometheus.Registry) map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "berm_collector_rows_shipped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			table := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "table" {
+					table = l.GetValue()
+				}
+			}
+			out[table] += m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 func run() error {
@@ -55,7 +116,10 @@ func run() error {
 	flag.StringVar(&database, "database", "berm", "with --print-ddl: the database the DDL names")
 	flag.BoolVar(&migrate, "migrate", false, "apply the schema to the server of --clickhouse (with --cluster: the sharded layout) and exit; run it on every node of a cluster")
 	flag.BoolVar(&verbose, "v", false, "debug logging")
-	flag.Parse()
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	if err := parseFlags(showVersion); err != nil {
+		return err
+	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
@@ -107,7 +171,24 @@ func run() error {
 		defer srv.Close()
 	}
 	if once {
-		return c.RunOnce(ctx)
+		if err := c.RunOnce(ctx); err != nil {
+			return err
+		}
+		// Say what was shipped: a quiet exit 0 could be an empty journal or a wrong one.
+		rows := shipped(reg)
+		tables := make([]string, 0, len(rows))
+		total := 0.0
+		for t, n := range rows {
+			tables = append(tables, fmt.Sprintf("%s %.0f", t, n))
+			total += n
+		}
+		sort.Strings(tables)
+		if total == 0 {
+			fmt.Printf("berm-collector: nothing new to ship in %s/journal\n", cfg.StateDir)
+		} else {
+			fmt.Printf("berm-collector: shipped %.0f rows to %s (%s)\n", total, collector.RedactDSN(cfg.DSN), strings.Join(tables, ", "))
+		}
+		return nil
 	}
 	cfg.Logger.Info("following the journal", "state_dir", cfg.StateDir)
 	return c.Run(ctx)

@@ -26,6 +26,9 @@ import (
 func main() {
 	if len(os.Args) > 2 && os.Args[1] == "run" {
 		o, err := runcli.Parse(os.Args[2:])
+		if errors.Is(err, runcli.ErrHelpRequested) {
+			os.Exit(0)
+		}
 		if err != nil {
 			if !errors.Is(err, flag.ErrHelp) {
 				fmt.Fprintf(os.Stderr, "berm: %v\n", err)

@@ -109,8 +109,8 @@ func envOr(k, def string) string {
 func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
 	dir := fs.String("dir", envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "directory of the approval API sockets")
 	tokenFile := fs.String("token", envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile), "the API's bearer token file (root-only)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	if code, done := parseFlags(fs, args); done {
+		return nil, exitCode(code)
 	}
 	tok, err := approval.ReadToken(*tokenFile)
 	if err != nil && os.Getuid() == 0 {
@@ -127,8 +127,9 @@ func cmdApprovals(args []string) int {
 	asJSON := fs.Bool("json", false, "print JSON")
 	c, err := approvalClient(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code)
 		}
 		return fail("%v", err)
 	}
@@ -168,8 +169,9 @@ func cmdDecide(args []string, approve bool) int {
 	}
 	c, err := approvalClient(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code)
 		}
 		return fail("%v", err)
 	}
@@ -188,3 +190,9 @@ func cmdDecide(args []string, approve bool) int {
 	}
 	return 0
 }
+
+// exitCode is a command that ended while reading its flags (its usage printed, or a bad flag
+// said), with this status.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit %d", int(c)) }

@@ -16,8 +16,8 @@ func cmdMatrix(args []string) int {
 	fs := flag.NewFlagSet("matrix", flag.ContinueOnError)
 	cf := addCallFlags(fs, "24h", "calls started since: a duration ago (24h) or an RFC 3339 time")
 	surface := fs.String("surface", "", "only this surface's column")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		return fail("matrix takes no arguments, got %q", fs.Arg(0))

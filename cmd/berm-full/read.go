@@ -86,8 +86,8 @@ func (c callFlags) open() (audit.Filter, audit.Source, func(), error) {
 func cmdCalls(args []string) int {
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
 	cf := addCallFlags(fs, "", "only calls started since: a duration ago (1h) or an RFC 3339 time")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	f, src, closeSrc, err := cf.open()
 	if err != nil {
@@ -115,12 +115,14 @@ func cmdTimeline(args []string) int {
 	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
 	asJSON := fs.Bool("json", false, "JSON output")
 	all := fs.Bool("all", false, "also show berm's own sandbox set-up (events of phase setup)")
+	kinds := fs.String("kind", "", "only events of these kinds, K[,K] (exec, open, syscall, denial, alert, ...)")
+	pid := fs.String("pid", "", "only events of this process (host pid)")
 	// Flags may follow the call id.
 	var id string
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
+		if code, done := parseFlags(fs, rest); done {
+			return code
 		}
 		if fs.NArg() == 0 {
 			break
@@ -131,7 +133,12 @@ func cmdTimeline(args []string) int {
 		id, rest = fs.Arg(0), fs.Args()[1:]
 	}
 	if id == "" {
-		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
+		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--kind K[,K]] [--pid P] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
+		return 2
+	}
+	filter, err := parseTimelineFilter(*kinds, *pid)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm timeline: %v\n", err)
 		return 2
 	}
 	src, closeSrc, err := openSource(*stateDir, *source)
@@ -146,9 +153,7 @@ func cmdTimeline(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	if !*all {
-		evs = slices.DeleteFunc(evs, func(e event.Event) bool { return e.Phase == event.PhaseSetup })
-	}
+	evs = slices.DeleteFunc(evs, func(e event.Event) bool { return !*all && e.Phase == event.PhaseSetup || !filter.keep(&e) })
 	if *asJSON {
 		err = audit.PrintTimelineJSON(os.Stdout, call, evs)
 	} else {

@@ -18,8 +18,13 @@ func init() {
 }
 
 func cmdRules(args []string) int {
+	const use = "usage: berm rules lint PATH...   |   berm rules test PATH...   ('berm rules lint -h': their flags)"
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Println(use)
+		return 0
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: berm rules lint PATH...   |   berm rules test PATH...")
+		fmt.Fprintln(os.Stderr, use)
 		return 2
 	}
 	switch args[0] {

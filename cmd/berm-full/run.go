@@ -15,6 +15,9 @@ import (
 
 func cmdRun(args []string) int {
 	o, err := runcli.Parse(args)
+	if errors.Is(err, runcli.ErrHelpRequested) {
+		return 0
+	}
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			return fail("%v", err)

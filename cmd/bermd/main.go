@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/cmd/bermd/internal/access"
 	"github.com/bermsec/berm/cmd/bermd/internal/daemon"
+	"github.com/bermsec/berm/cmd/internal/version"
 	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/approval"
@@ -48,10 +50,14 @@ func main() {
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	accessFile := flag.String("access", "", "access file: the users and groups bermd serves besides root, by tenant (run, read, decide, policies); reloaded on SIGHUP (empty: root only)")
-	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); `berm run` starts bermd on demand with 5m")
+	// No backquotes in a usage: the flag package takes a quoted word for the value's name.
+	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); berm run starts bermd on demand with 5m")
 	var level slog.Level
 	flag.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug (a line per call with its phases' times), info, warn, error")
-	flag.Parse()
+	showVersion := flag.Bool("version", false, "print the version and what this kernel lets berm use, and exit")
+	if code, done := parseFlags(showVersion); done {
+		os.Exit(code)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
 		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile}
@@ -85,6 +91,33 @@ func reloadAccess(ctx context.Context, log *slog.Logger, srv *daemon.Server, pat
 		}
 		log.Info("access file reloaded", "path", path, "tenants", len(f.Tenants))
 	}
+}
+
+// parseFlags: -h prints the usage on stdout and succeeds, --version the build and the kernel's
+// features; a bad flag is one line (the flag package would print it, the whole usage, and
+// exit). done says bermd ends here, with code.
+func parseFlags(showVersion *bool) (code int, done bool) {
+	fs := flag.CommandLine
+	fs.Init("bermd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Print("usage: bermd [flags]\n\nberm's node agent: keeps the eBPF programs loaded, runs berm run's calls (its socket), exports metrics.\n\nflags:\n")
+		fs.SetOutput(os.Stdout)
+		fs.PrintDefaults()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "bermd: %v (bermd -h lists the flags)\n", err)
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "bermd: unexpected arguments %q (bermd -h lists the flags)\n", fs.Args())
+		return 2, true
+	case *showVersion:
+		version.Write(os.Stdout, "bermd", sandboxer.ProbeKernel())
+		return 0, true
+	}
+	return 0, false
 }
 
 type multi []string

@@ -82,6 +82,11 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		fmt.Fprintf(w, "  complete: %s\n", completeness(r, true))
 		if len(r.Surfaces) > 0 {
 			fmt.Fprintf(w, "  surfaces: %s\n", surfaceSummary(r.Surfaces))
+			for _, ss := range r.Surfaces {
+				if ss.Reason != "" {
+					fmt.Fprintf(w, "  %s %s: %s\n", Safe(ss.State), Safe(ss.Surface), Safe(ss.Reason))
+				}
+			}
 		}
 		fmt.Fprintf(w, "  usage:   cpu=%s  peak_memory=%s  output=%s  syscalls=%d\n",
 			time.Duration(r.CPUTimeNs).Round(time.Microsecond), bytesHuman(int64(r.PeakMemory)), bytesHuman(r.OutputBytes), r.SyscallTotal)

@@ -213,3 +213,25 @@ func TestDescribeNewFields(t *testing.T) {
 		}
 	}
 }
+
+// A degraded surface's timeline says why: the missing layer and the rules it leaves
+// unenforced, on a line of its own; an enforced one says nothing more.
+func TestPrintTimelineSaysWhyASurfaceIsDegraded(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := &Call{Start: event.CallStart{CallID: "c", Start: start}, Record: &event.CallRecord{End: start.Add(time.Second), Complete: true,
+		Surfaces: []event.SurfaceState{
+			{Surface: event.SurfaceIsolation, State: event.StateEnforced},
+			{Surface: event.SurfacePolicy, State: event.StateDegraded, Reason: "bpf-lsm refused by the kernel: spec.filesystem's truncate rules are not enforced"},
+		}}}
+	var b bytes.Buffer
+	if err := PrintTimeline(&b, c, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "\n  degraded policy: bpf-lsm refused by the kernel: spec.filesystem's truncate rules are not enforced\n") {
+		t.Errorf("no reason for the degraded surface:\n%s", out)
+	}
+	if strings.Contains(out, "enforced isolation") {
+		t.Errorf("a reason line for an enforced surface:\n%s", out)
+	}
+}

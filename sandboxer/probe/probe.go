@@ -81,7 +81,9 @@ func loadAttach(spec *ebpf.ProgramSpec, attach func(*ebpf.Program) (link.Link, e
 
 func feature(name, kind string, err error, okDetail string) Feature {
 	if err != nil {
-		return Feature{Name: name, Kind: kind, Detail: err.Error()}
+		// The library adds a MEMLOCK hint to every EPERM of a load: not the cause on a kernel
+		// that accounts BPF memory to cgroups (5.11+); Cause says what is.
+		return Feature{Name: name, Kind: kind, Detail: strings.Replace(err.Error(), " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)", "", 1)}
 	}
 	return Feature{Name: name, Kind: kind, OK: true, Detail: okDetail}
 }

@@ -52,7 +52,7 @@ func Path(t testing.TB, name string) string {
 			buildErr = fmt.Errorf("make front: %v\n%s", err, out)
 			return
 		}
-		for _, c := range []string{"berm-front", "berm-full", "bermd", "berm-init"} {
+		for _, c := range []string{"berm-front", "berm-full", "bermd", "berm-init", "berm-collector"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "./cmd/"+c)
 			cmd.Dir = RepoRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {

@@ -53,6 +53,11 @@ func FuzzInvoke(f *testing.F) {
 			if len(fc.End.Stderr) == 0 && !helpAsked(args) {
 				t.Fatalf("a usage error without a word on stderr, for %q", args)
 			}
+		case fc.End.Status == 0 && helpAsked(args):
+			// -h is answered with the usage, and succeeds.
+			if !bytes.Contains(fc.End.Stderr, []byte("usage: berm run")) {
+				t.Fatalf("-h answered without the usage: %q", fc.End.Stderr)
+			}
 		default:
 			t.Fatalf("for another socket: status %d, stderr %q", fc.End.Status, fc.End.Stderr)
 		}

@@ -26,6 +26,9 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 	c := Caller{Stderr: &errb, LookupEnv: inv.LookupEnv, Getwd: func() (string, error) { return invocationWd(inv) },
 		NonRoot: inv.NonRoot, DefaultTenant: inv.DefaultTenant}
 	o, err := parseFor(inv.Args, c)
+	if errors.Is(err, ErrHelpRequested) {
+		return callproto.FrontCall{End: callproto.FrontEnd{Status: 0, Stderr: errb.Bytes()}}
+	}
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(&errb, "berm: %v\n", err)
@@ -53,7 +56,10 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 		}
 		r := rep.Record
 		end := callEnd{CallID: r.CallID, EndReason: r.EndReason, EndDetail: r.EndDetail, Dropped: r.Dropped}
-		fe := callproto.FrontEnd{Status: rep.ExitStatus, Stderr: endNotes(end, rep.ExitStatus, rep.Warning)}
+		fe := callproto.FrontEnd{Status: rep.ExitStatus}
+		if !o.Quiet {
+			fe.Stderr = endNotes(end, rep.ExitStatus, rep.Warning)
+		}
 		if o.Summary != "" {
 			// The front writes the file itself, in its own context; bermd only encodes.
 			data, err := json.MarshalIndent(r, "", "  ")

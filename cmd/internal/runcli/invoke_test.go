@@ -48,7 +48,7 @@ func TestInvokeResolvesInTheCallersContext(t *testing.T) {
 		{name: "bermd's environment is not the caller's", args: []string{"--socket", sock, "--env", "BERM_INVOKE_TEST_BERMD_ONLY", "--", "/bin/true"},
 			status: 1, stderr: "berm: --env: BERM_INVOKE_TEST_BERMD_ONLY is not set in the caller's environment\n"},
 		{name: "a bad flag", args: []string{"--socket", sock, "--memory", "lots", "--", "/bin/true"},
-			status: 2, stderr: `berm: invalid value "lots" for flag -memory: expected a positive size like 512Mi, 1G or 65536, got "lots"` + "\n"},
+			status: 2, stderr: `berm run: invalid value "lots" for flag -memory: expected a positive size like 512Mi, 1G or 65536, got "lots" (berm run -h lists the flags)` + "\n"},
 		{name: "BERM_DAEMON as the caller has it", args: []string{"--socket", sock, "--", "/bin/true"}, env: []string{"BERM_DAEMON=sometimes"},
 			status: 2, stderr: "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got \"sometimes\"\n"},
 		{name: "no command", args: []string{"--socket", sock}, status: 2, stderr: "berm run: no command; usage: berm run [flags] -- CMD [ARGS...]\n"},
@@ -114,5 +114,71 @@ func TestInvokeFinish(t *testing.T) {
 	}
 	if end := fc.Finish(callproto.Reply{Error: "call id c1 is taken", ExitStatus: 125}); end.Status != 1 || string(end.Stderr) != "berm: call id c1 is taken\n" {
 		t.Fatalf("a call that did not run: %d %q", end.Status, end.Stderr)
+	}
+}
+
+// berm run -h through bermd (the C front hands it the invocation) is the usage and success;
+// a bad flag is one line and exit 2, as through the Go front.
+func TestInvokeHelpAndBadFlag(t *testing.T) {
+	own := func(string) bool { return true }
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		want   string // stderr starts with it
+		lines  int    // stderr's lines, when set
+	}{
+		{"-h", []string{"-h"}, 0, "usage: berm run [flags] -- CMD [ARGS...]\n", 0},
+		{"--help after flags", []string{"--tool", "x", "--help"}, 0, "usage: berm run", 0},
+		{"a bad flag", []string{"--bogus", "--", "true"}, 2, "berm run: flag provided but not defined: -bogus (berm run -h lists the flags)\n", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fc := Invoke(&callproto.Invocation{Args: c.args}, own)
+			if fc.Request != nil || fc.Fallback || fc.End.Status != c.status || !strings.HasPrefix(string(fc.End.Stderr), c.want) {
+				t.Fatalf("status %d, stderr %q (request %v, fallback %v); want %d, stderr starting %q", fc.End.Status, fc.End.Stderr, fc.Request, fc.Fallback, c.status, c.want)
+			}
+			if n := strings.Count(string(fc.End.Stderr), "\n"); c.lines > 0 && n != c.lines {
+				t.Errorf("%d lines of stderr, want %d:\n%s", n, c.lines, fc.End.Stderr)
+			}
+		})
+	}
+}
+
+// --quiet: the tool's stderr carries none of berm's lines about how the call ended; without
+// it, a call berm ended says so there.
+func TestInvokeQuietLeavesStderrToTheTool(t *testing.T) {
+	dir := t.TempDir()
+	cwd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cwd.Close()
+	sock := filepath.Join(dir, "bermd.sock")
+	own := func(p string) bool { return p == sock }
+	rec := &event.CallRecord{CallStart: event.CallStart{CallID: "c"}, EndReason: event.EndTimeout, EndDetail: "wall-time cap of 1s", Dropped: event.Drop{Kernel: 2}}
+	for _, c := range []struct {
+		name  string
+		quiet bool
+	}{{"without --quiet", false}, {"with --quiet", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"--socket", sock, "--workspace", dir, "--", "/bin/true"}
+			if c.quiet {
+				args = append([]string{"--quiet"}, args...)
+			}
+			fc := Invoke(&callproto.Invocation{Args: args, Cwd: cwd}, own)
+			if fc.Cleanup != nil {
+				defer fc.Cleanup()
+			}
+			if fc.Request == nil || fc.Finish == nil {
+				t.Fatalf("no call: %d %q", fc.End.Status, fc.End.Stderr)
+			}
+			fe := fc.Finish(callproto.Reply{Record: rec, ExitStatus: 137, Warning: "w"})
+			if got := string(fe.Stderr); c.quiet != (got == "") || !c.quiet && !strings.Contains(got, "berm: call c ended: timeout") {
+				t.Errorf("stderr %q (quiet %v)", got, c.quiet)
+			}
+			if fe.Status != 137 {
+				t.Errorf("status %d, want the call's 137", fe.Status)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ package runcli
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,10 +30,14 @@ type Options struct {
 	// StateDirGiven: an explicit --state-dir means this journal, so the embedded agent.
 	StateDirGiven bool
 	Summary       string
-	Daemon        string // auto, never, required
-	Socket        string
-	Rules         []string
-	NoRules       bool
+	// Quiet: none of berm's own lines about the ended call on stderr (how it ended, events
+	// dropped, warnings): the tool's stderr is the tool's alone; --summary and berm timeline
+	// have them.
+	Quiet   bool
+	Daemon  string // auto, never, required
+	Socket  string
+	Rules   []string
+	NoRules bool
 	// ApprovalWebhook and ApprovalWebhookSecret: the embedded run POSTs each approval
 	// request there, HMAC-signed with the key in the file (bermd has flags of its own).
 	ApprovalWebhook, ApprovalWebhookSecret string
@@ -118,6 +123,10 @@ func (c Caller) abs(p string) (string, error) {
 }
 
 // Parse reads the flags. A usage error has been printed when it returns an error.
+// ErrHelpRequested: -h or --help was given and the usage printed; the command succeeded
+// (exit 0). flag.ErrHelp from Parse means a usage error already printed (exit 2).
+var ErrHelpRequested = errors.New("help requested")
+
 func Parse(args []string) (*Options, error) {
 	c := thisProcess
 	if os.Geteuid() != 0 {
@@ -142,6 +151,7 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&o.workspace, "workspace", "", "workspace directory, read-write and the working directory (default: a fresh empty one under /run/berm/workspaces, removed after the call)")
 	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
 	fs.StringVar(&o.Summary, "summary", "", "write the call record as JSON to this file")
+	fs.BoolVar(&o.Quiet, "quiet", false, "print none of berm's own lines about the ended call on stderr (the record has them: --summary, berm timeline)")
 	// Caps not given as flags are the policy's (policy.Limits), resolved where the policy is
 	// loaded: zero here means "the policy's".
 	lim := &r.Limits
@@ -160,8 +170,17 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&o.ApprovalWebhook, "approval-webhook", "", "POST each approval request to this URL, signed (embedded agent only; bermd has --approval-webhook)")
 	fs.StringVar(&o.ApprovalWebhookSecret, "approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	fs.StringVar(&r.DNSUpstream, "dns-upstream", "", "DNS server the call's allowed queries go to, ADDR or ADDR:PORT (default: bermd's --dns-upstream, else the host's resolv.conf)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	// The flag package would print its error and the whole usage, and the caller the error
+	// again: one line for a bad flag, the usage only when asked for.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(c.Stderr, "usage: berm run [flags] -- CMD [ARGS...]\n\nflags:\n")
+		fs.SetOutput(c.Stderr)
+		fs.PrintDefaults()
+		return nil, ErrHelpRequested
+	} else if err != nil {
+		fmt.Fprintf(c.Stderr, "berm run: %v (berm run -h lists the flags)\n", err)
+		return nil, flag.ErrHelp
 	}
 	r.Argv = fs.Args()
 	if len(r.Argv) == 0 {
@@ -309,7 +328,9 @@ func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
 
 // finish is Finish, from the fields it prints and the record's --summary text.
 func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, warning string) int {
-	os.Stderr.Write(endNotes(r, status, warning))
+	if !o.Quiet {
+		os.Stderr.Write(endNotes(r, status, warning))
+	}
 	if o.Summary != "" {
 		data, err := summary()
 		if err == nil {

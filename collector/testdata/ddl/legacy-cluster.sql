@@ -243,3 +243,9 @@ ALTER TABLE berm.events ADD COLUMN mcp_method String;
 ALTER TABLE berm.events ADD COLUMN mcp_request_id String;
 
 ALTER TABLE berm.events ADD COLUMN mcp_status String;
+
+-- migration 0012 add_surface_reasons
+
+ALTER TABLE berm.calls_local ADD COLUMN surface_reasons Array(String);
+
+ALTER TABLE berm.calls ADD COLUMN surface_reasons Array(String);

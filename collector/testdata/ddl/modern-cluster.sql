@@ -242,3 +242,9 @@ ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_method LowC
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_request_id String;
 
 ALTER TABLE berm.events ON CLUSTER berm ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);
+
+-- migration 0012 add_surface_reasons
+
+ALTER TABLE berm.calls_local ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_reasons Array(String);
+
+ALTER TABLE berm.calls ON CLUSTER berm ADD COLUMN IF NOT EXISTS surface_reasons Array(String);

@@ -178,3 +178,7 @@ ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_method LowCardinality(Strin
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_request_id String;
 
 ALTER TABLE berm.events ADD COLUMN IF NOT EXISTS mcp_status LowCardinality(String);
+
+-- migration 0012 add_surface_reasons
+
+ALTER TABLE berm.calls ADD COLUMN IF NOT EXISTS surface_reasons Array(String);
