@@ -142,6 +142,9 @@ func run(log *slog.Logger, o options) error {
 		return err
 	}
 	defer pool.Close()
+	if err := pool.SetBounds(*warmMaxTenant, *warmMax); err != nil {
+		return err
+	}
 	registerPoolMetrics(reg, pool)
 	approvals, stopApprovals, err := startApprovals(log, reg, o)
 	if err != nil {
