@@ -19,27 +19,37 @@ import (
 // What depends on the call (its caps, root, Landlock, seccomp, identity) is applied when a
 // call claims one, before its tool starts; each sandbox runs exactly one call and is thrown
 // away with it. Only calls without network (a fresh network namespace) are served warm.
+//
+// How many a tenant keeps follows its calls: Size at least, one more each time a call of its
+// found none (back-to-back calls, a burst), up to MaxPerTenant, and one less each MaxAge/4
+// in which it claimed fewer than it kept. MaxTotal bounds the warm sandboxes of the node,
+// whatever its tenants ask: a tenant that exhausts its own cannot take another's.
 type Pool struct {
 	Init string
-	// Size is how many warm sandboxes each tenant keeps; MaxTenants bounds the tenants that
-	// have any (the least recently used lose theirs).
+	// Size is how many warm sandboxes each tenant keeps at least; MaxTenants bounds the
+	// tenants that have any (the least recently used lose theirs).
 	Size, MaxTenants int
+	// MaxPerTenant bounds what one tenant's demand grows its warm sandboxes to; MaxTotal
+	// bounds the node's (started and starting).
+	MaxPerTenant, MaxTotal int
 	// MaxAge retires a warm sandbox: its mount namespace is a copy of the host's from when it
 	// started, and host mounts made since do not show in it.
 	MaxAge time.Duration
 	Log    *slog.Logger
 
-	mu      sync.Mutex
-	layout  *cgroup.Layout
-	idle    map[string][]warm
-	filling map[string]bool
-	used    map[string]time.Time
-	plans   map[string]*sandboxinit.RootPlan // the root of each tenant's last call
-	owners  map[string][2]uint32             // the workspace owner of each tenant's last call
-	pending int                              // refills scheduled, not started yet
-	closed  bool
-	stop    chan struct{} // ends renew
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	layout   *cgroup.Layout
+	idle     map[string][]warm
+	starting map[string]int // sandboxes being started per tenant
+	target   map[string]int // what each tenant keeps now (Size..MaxPerTenant)
+	claims   map[string]int // warm claims per tenant since renew last looked
+	used     map[string]time.Time
+	plans    map[string]*sandboxinit.RootPlan // the root of each tenant's last call
+	owners   map[string][2]uint32             // the workspace owner of each tenant's last call
+	pending  int                              // refills scheduled, not started yet
+	closed   bool
+	stop     chan struct{} // ends renew
+	wg       sync.WaitGroup
 
 	// Warm and Cold count the calls launched each way.
 	Warm, Cold atomic.Uint64
@@ -68,8 +78,9 @@ func newPool(initPath string, size int, maxAge time.Duration, log *slog.Logger, 
 	}
 	p := &Pool{
 		Init: initPath, Size: size, MaxTenants: 16, MaxAge: maxAge, Log: log,
-		layout: layout, idle: map[string][]warm{}, filling: map[string]bool{}, used: map[string]time.Time{}, plans: map[string]*sandboxinit.RootPlan{},
-		owners: map[string][2]uint32{},
+		MaxPerTenant: max(size, DefaultMaxPerTenant), MaxTotal: max(size, DefaultMaxTotal),
+		layout: layout, idle: map[string][]warm{}, starting: map[string]int{}, target: map[string]int{}, claims: map[string]int{},
+		used: map[string]time.Time{}, plans: map[string]*sandboxinit.RootPlan{}, owners: map[string][2]uint32{},
 	}
 	for _, t := range tenants {
 		p.refill(t)
@@ -82,8 +93,21 @@ func newPool(initPath string, size int, maxAge time.Duration, log *slog.Logger, 
 	return p, nil
 }
 
+// The bounds a tenant's demand grows its warm sandboxes within (bermd --warm-max-tenant,
+// --warm-max). A warm sandbox holds an init process (≈ 10 MB resident), its cgroups and its
+// namespaces.
+const (
+	DefaultMaxPerTenant = 8
+	DefaultMaxTotal     = 32
+)
+
+// fillers is how many sandboxes one tenant's refill starts at once: a burst's pool fills in
+// parallel, as far as two cores go.
+const fillers = 2
+
 // renew replaces warm sandboxes that reach MaxAge, so that a call after a quiet spell still
-// finds a fresh one instead of starting its own.
+// finds a fresh one instead of starting its own, and lowers the targets of tenants whose
+// demand fell.
 func (p *Pool) renew() {
 	defer p.wg.Done()
 	tick := time.NewTicker(p.MaxAge / 4)
@@ -96,6 +120,15 @@ func (p *Pool) renew() {
 		}
 		var stale []string
 		p.mu.Lock()
+		for tenant := range p.target {
+			p.target[tenant] = nextTarget(p.target[tenant], p.Size, p.claims[tenant])
+			p.claims[tenant] = 0
+			for len(p.idle[tenant]) > p.target[tenant] {
+				last := len(p.idle[tenant]) - 1
+				p.retire(p.idle[tenant][last].s)
+				p.idle[tenant] = p.idle[tenant][:last]
+			}
+		}
 		for tenant, ws := range p.idle {
 			fresh := ws[:0]
 			for _, w := range ws {
@@ -123,19 +156,41 @@ func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID
 	if p == nil || p.Size <= 0 {
 		return nil
 	}
-	s, otherRoot := p.claim(tenant, root, ownerUID, ownerGID)
-	if s == nil && otherRoot {
+	s, otherRoot, empty := p.claim(tenant, root, ownerUID, ownerGID)
+	switch {
+	case s == nil && otherRoot:
 		// The tenant's sandboxes were inside another root: the call runs cold, and the
 		// refill prepares its root for the next.
 		p.refillAfter(tenant)
+	case s == nil, empty:
+		// None was there (the target grew), or this was the last: the next call of a
+		// back-to-back run or a burst is already on its way, so the refill starts now.
+		p.refill(tenant)
 	}
 	return s
 }
 
-func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot bool) {
+// grow is a tenant's target after a call of it found no warm sandbox.
+func grow(target, size, perTenant int) int {
+	return min(max(target, size)+1, perTenant)
+}
+
+// nextTarget is a tenant's target after a period in which it claimed claims warm sandboxes:
+// one less when it claimed fewer than it kept, never under size.
+func nextTarget(target, size, claims int) int {
+	if claims < target && target > size {
+		return target - 1
+	}
+	return max(target, size)
+}
+
+func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot, empty bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.used[tenant] = time.Now()
+	if p.target[tenant] == 0 {
+		p.target[tenant] = p.Size
+	}
 	p.plans[tenant] = &sandboxinit.RootPlan{Binds: root.Binds, Devices: root.Devices}
 	p.owners[tenant] = [2]uint32{ownerUID, ownerGID}
 	for len(p.idle[tenant]) > 0 {
@@ -149,11 +204,15 @@ func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGI
 			continue
 		}
 		if alive, _ := cgroup.Populated(w.s.cg.V2); alive && time.Since(w.started) < p.MaxAge {
-			return w.s, false
+			p.claims[tenant]++
+			return w.s, false, len(p.idle[tenant]) == 0
 		}
 		p.retire(w.s)
 	}
-	return nil, otherRoot
+	if !otherRoot {
+		p.target[tenant] = grow(p.target[tenant], p.Size, p.MaxPerTenant)
+	}
+	return nil, otherRoot, true
 }
 
 // retire discards a sandbox in the background.
@@ -192,56 +251,77 @@ func (p *Pool) refillAfter(tenant string) {
 	})
 }
 
-// refill starts sandboxes for tenant until it has Size, one filler per tenant at a time.
+// refill starts sandboxes for tenant until it has its target (counting those being started),
+// at most fillers at a time and within the node's MaxTotal.
 func (p *Pool) refill(tenant string) {
 	p.mu.Lock()
-	if p.closed || p.filling[tenant] {
-		p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.closed {
 		return
 	}
-	p.filling[tenant] = true
 	p.used[tenant] = time.Now()
+	if p.target[tenant] == 0 {
+		p.target[tenant] = p.Size
+	}
 	p.evictLocked()
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		defer func() {
-			p.mu.Lock()
-			p.filling[tenant] = false
-			p.mu.Unlock()
-		}()
-		for {
-			p.mu.Lock()
-			if p.closed || len(p.idle[tenant]) >= p.Size {
-				p.mu.Unlock()
-				return
-			}
-			plan := p.plans[tenant]
-			owner, known := p.owners[tenant]
-			p.mu.Unlock()
-			s, err := startSandbox(p.layout, p.Init, tenant, warmName(), poolLimits, true, plan)
-			if err != nil {
-				p.Log.Warn("start warm sandbox", "tenant", tenant, "err", err)
-				return
-			}
-			if known {
-				// The workspace's idmap for the owner the tenant's calls had (a process to
-				// start): made now, not on the next call's way.
-				if err := s.prepareIdmap(owner[0], owner[1]); err != nil {
-					p.Log.Warn("prepare warm sandbox's workspace idmap", "tenant", tenant, "err", err)
-				}
-			}
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				_ = s.discard()
-				return
-			}
-			p.idle[tenant] = append(p.idle[tenant], warm{s, time.Now()})
-			p.mu.Unlock()
+	for {
+		have := len(p.idle[tenant]) + p.starting[tenant]
+		// Size is every tenant's floor; only growth beyond it counts against the node's bound,
+		// so tenants that grew cannot leave another without its own.
+		if p.starting[tenant] >= fillers || have >= p.target[tenant] || (have >= p.Size && p.totalLocked() >= p.MaxTotal) {
+			return
 		}
-	}()
+		p.starting[tenant]++
+		p.wg.Add(1)
+		go p.fill(tenant)
+	}
+}
+
+// totalLocked is the node's warm sandboxes, started and starting.
+func (p *Pool) totalLocked() int {
+	n := 0
+	for t, ws := range p.idle {
+		n += len(ws) + p.starting[t]
+	}
+	for t, k := range p.starting {
+		if _, ok := p.idle[t]; !ok {
+			n += k
+		}
+	}
+	return n
+}
+
+// fill starts one sandbox for tenant, then refills again (the target may want more).
+func (p *Pool) fill(tenant string) {
+	defer p.wg.Done()
+	p.mu.Lock()
+	plan := p.plans[tenant]
+	owner, known := p.owners[tenant]
+	p.mu.Unlock()
+	s, err := startSandbox(p.layout, p.Init, tenant, warmName(), poolLimits, true, plan)
+	if err == nil && known {
+		// The workspace's idmap for the owner the tenant's calls had (a process to start):
+		// made now, not on the next call's way.
+		if ierr := s.prepareIdmap(owner[0], owner[1]); ierr != nil {
+			p.Log.Warn("prepare warm sandbox's workspace idmap", "tenant", tenant, "err", ierr)
+		}
+	}
+	p.mu.Lock()
+	p.starting[tenant]--
+	if err != nil {
+		p.mu.Unlock()
+		p.Log.Warn("start warm sandbox", "tenant", tenant, "err", err)
+		return
+	}
+	if p.closed || len(p.idle[tenant]) >= p.target[tenant] {
+		// Closed, evicted or the target fell while it started.
+		p.mu.Unlock()
+		_ = s.discard()
+		return
+	}
+	p.idle[tenant] = append(p.idle[tenant], warm{s, time.Now()})
+	p.mu.Unlock()
+	p.refill(tenant)
 }
 
 // evictLocked drops the warm sandboxes of the least recently used tenants beyond MaxTenants.
@@ -257,6 +337,8 @@ func (p *Pool) evictLocked() {
 			p.retire(w.s)
 		}
 		delete(p.idle, oldest)
+		delete(p.target, oldest)
+		delete(p.claims, oldest)
 		delete(p.used, oldest)
 		delete(p.plans, oldest)
 		delete(p.owners, oldest)
@@ -271,8 +353,8 @@ func (p *Pool) Starting() bool {
 	if p.pending > 0 {
 		return true
 	}
-	for _, f := range p.filling {
-		if f {
+	for _, n := range p.starting {
+		if n > 0 {
 			return true
 		}
 	}
@@ -313,4 +395,27 @@ func warmName() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("warm-%s", hex.EncodeToString(b))
+}
+
+// SetBounds sets how far demand grows warm sandboxes: per tenant and on the node (each at
+// least Size).
+func (p *Pool) SetBounds(perTenant, total int) error {
+	if perTenant < 0 || total < 0 {
+		return fmt.Errorf("warm sandbox bounds must be 0 or more, got %d per tenant and %d in all", perTenant, total)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.MaxPerTenant, p.MaxTotal = max(perTenant, p.Size), max(total, p.Size)
+	return nil
+}
+
+// Targets is what each tenant keeps warm now.
+func (p *Pool) Targets() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.target))
+	for t, n := range p.target {
+		out[t] = n
+	}
+	return out
 }

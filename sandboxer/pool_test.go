@@ -52,3 +52,38 @@ func waitWarm(t *testing.T, p *Pool, not string) string {
 	t.Fatalf("no warm sandbox other than %q", not)
 	return ""
 }
+
+func TestPoolTargetFollowsDemand(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		target, size, claims int
+		want                 int
+	}{
+		{"a quiet tenant keeps its size", 1, 1, 0, 1},
+		{"a grown tenant that claimed less than it kept loses one", 5, 1, 2, 4},
+		{"a grown tenant that used what it kept keeps it", 5, 1, 5, 5},
+		{"never under size", 2, 2, 0, 2},
+		{"a new tenant starts at size", 0, 1, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextTarget(tc.target, tc.size, tc.claims); got != tc.want {
+				t.Fatalf("nextTarget(%d, %d, %d) = %d, want %d", tc.target, tc.size, tc.claims, got, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name                    string
+		target, size, perTenant int
+		want                    int
+	}{
+		{"a miss grows by one", 1, 1, 8, 2},
+		{"up to the tenant's bound", 8, 1, 8, 8},
+		{"from size when it had none", 0, 2, 8, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := grow(tc.target, tc.size, tc.perTenant); got != tc.want {
+				t.Fatalf("grow(%d, %d, %d) = %d, want %d", tc.target, tc.size, tc.perTenant, got, tc.want)
+			}
+		})
+	}
+}

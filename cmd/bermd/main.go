@@ -213,6 +213,9 @@ func run(log *slog.Logger, o options) error {
 		return err
 	}
 	defer pool.Close()
+	if err := pool.SetBounds(*warmMaxTenant, *warmMax); err != nil {
+		return err
+	}
 	registerPoolMetrics(reg, pool)
 	// The decide right: with an access file, a decision over the approval API by anyone but
 	// root needs it in the call's tenant (on top of being one of the rule's approvers).

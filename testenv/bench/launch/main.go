@@ -43,6 +43,8 @@ func main() {
 	warmOnly := flag.Bool("warm-only", false, "run the warm launches (interleaved with bare exec and bwrap) and their per-phase breakdown only")
 	compare := flag.String("compare", "", "with DIR (another build's bin): compare the warm launches of --bin and DIR in alternating blocks, and nothing else")
 	blocks := flag.Int("blocks", 10, "with --compare: blocks per build")
+	loadOnly := flag.Bool("load-only", false, "run the launches under load only (back to back, staggered, bursts, saturation)")
+	satTime := flag.Duration("saturation", 20*time.Second, "how long each saturation run lasts (0: none)")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
@@ -107,6 +109,14 @@ func main() {
 				warmCalls = append(warmCalls, cliCall{id, start, start.Add(tBerm[i])})
 			}
 		}
+		return
+	}
+	if *loadOnly {
+		dCold.Stop()
+		d := startDaemon(bermd, state, sock)
+		defer d.Stop()
+		d.Settle()
+		loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime)
 		return
 	}
 	if *warmOnly {
@@ -192,7 +202,7 @@ func main() {
 		}
 	}
 
-	fmt.Printf("## Launch latency (%d launches each, interleaved)\n\n", *n)
+	fmt.Printf("## Launch latency, interleaved (%d launches each; bermd settled before each: the pool refilled)\n\n", *n)
 	fmt.Println("`berm run -- /bin/true` through bermd, with the bench policy (Landlock, seccomp, mount layer, no network).")
 	fmt.Println("Warm: bermd's default, a sandbox per tenant started ahead of its call; cold: `bermd --warm 0`, every")
 	fmt.Println("call's sandbox started for it. Each variant runs interleaved with its own bare and bwrap launches.")
@@ -211,7 +221,7 @@ func main() {
 	fmt.Printf("| bare exec /bin/true (cold run) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(cBare, .5)), benchkit.MS(benchkit.Pct(cBare, .99)))
 	row("bwrap --unshare-all /bin/true (cold run)", cBare, cBwrap, cBwrap)
 	coldRatio := row("berm run, cold sandbox", cBare, cBwrap, cBerm)
-	fmt.Printf("| berm run, back to back (no wait for the refill) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(wBack, .5)), benchkit.MS(benchkit.Pct(wBack, .99)))
+	fmt.Printf("| berm run, back to back (no wait for the refill; the load tables below time first output) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(wBack, .5)), benchkit.MS(benchkit.Pct(wBack, .99)))
 	fmt.Printf("| bare exec /bin/true (protocol run) | %s | %s | - | - |\n", benchkit.MS(benchkit.Pct(sBare, .5)), benchkit.MS(benchkit.Pct(sBare, .99)))
 	fmt.Printf("| the same call through bermd's protocol from a running process, warm | %s | %s | %s | %.2f (against the warm run's bwrap) |\n",
 		benchkit.MS(benchkit.Pct(sSDK, .5)), benchkit.MS(benchkit.Pct(sSDK, .99)), benchkit.MS(benchkit.Pct(sSDK, .5)-benchkit.Pct(sBare, .5)),
@@ -221,6 +231,7 @@ func main() {
 	rows, err := breakdown(state, warmCalls, d.served)
 	benchkit.Must(err)
 	printBreakdown(rows, wBerm)
+	loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime)
 	onDemand(berm, work, ws, basePol, wBerm)
 
 	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)

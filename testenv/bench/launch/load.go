@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bermsec/berm/testenv/bench/internal/benchkit"
+)
+
+// The launch as users load it: calls back to back (each as soon as the last one ended),
+// staggered (one every few milliseconds, overlapping), in bursts of 16 and 64 at once, and at
+// saturation (callers each calling again as soon as theirs ended, several tenants): each
+// against bwrap and a bare exec in the same run, with no wait for bermd to settle anywhere.
+// What is timed is what an agent waits for: from the start of the launcher to the tool's
+// first output (`echo x`).
+
+// firstOutput starts cmd and returns the time to the first byte on its stdout, then waits
+// for it to end. A call that fails is an error (with its stderr), never a time.
+func firstOutput(cmd *exec.Cmd) (time.Duration, error) {
+	out, err := cmd.StdoutPipe()
+	benchkit.Must(err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	benchkit.Must(cmd.Start())
+	r := bufio.NewReader(out)
+	_, rerr := r.ReadByte()
+	d := time.Since(start)
+	_, _ = r.WriteTo(noWriter{})
+	if err := cmd.Wait(); err != nil || rerr != nil {
+		return 0, fmt.Errorf("%v: %v (first output: %v): %s", cmd.Args[len(cmd.Args)-2:], err, rerr, strings.TrimSpace(stderr.String()))
+	}
+	return d, nil
+}
+
+// failures counts the calls of a run that failed, and keeps the first few reasons.
+type failures struct {
+	mu      sync.Mutex
+	n       int
+	reasons []string
+}
+
+func (f *failures) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if len(f.reasons) < 3 {
+		f.reasons = append(f.reasons, err.Error())
+	}
+}
+
+func (f *failures) String() string {
+	if f.n == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("**%d** (%s)", f.n, strings.Join(f.reasons, "; "))
+}
+
+type noWriter struct{}
+
+func (noWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// launcher makes the command of one call of a variant, for tenant i's tool argv.
+type launcher struct {
+	name string
+	cmd  func(tenant int, argv ...string) *exec.Cmd
+}
+
+func loadVariants(berm, sock, ws, pol string) []launcher {
+	return []launcher{
+		{"bare exec", func(_ int, argv ...string) *exec.Cmd { return exec.Command(argv[0], argv[1:]...) }},
+		{"bwrap --unshare-all", func(_ int, argv ...string) *exec.Cmd {
+			return exec.Command("bwrap", append([]string{"--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}, argv...)...)
+		}},
+		{"berm run (bermd)", func(tenant int, argv ...string) *exec.Cmd {
+			a := []string{"run", "--socket", sock, "--daemon", "required", "--workspace", ws, "--policy", pol, "--tenant", fmt.Sprintf("t%d", tenant), "--"}
+			return exec.Command(berm, append(a, argv...)...)
+		}},
+	}
+}
+
+type loadMode struct {
+	name string
+	run  func(l launcher, f *failures) []time.Duration
+}
+
+// timed runs one call and keeps its time, or counts its failure.
+func timed(cmd *exec.Cmd, f *failures, mu *sync.Mutex, out *[]time.Duration) {
+	d, err := firstOutput(cmd)
+	if err != nil {
+		f.add(err)
+		return
+	}
+	mu.Lock()
+	*out = append(*out, d)
+	mu.Unlock()
+}
+
+func loadModes(n int) []loadMode {
+	echo := []string{"echo", "x"}
+	burst := func(size, rounds int) func(l launcher, f *failures) []time.Duration {
+		return func(l launcher, f *failures) []time.Duration {
+			var (
+				mu  sync.Mutex
+				out []time.Duration
+			)
+			for range rounds {
+				var wg sync.WaitGroup
+				for range size {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						timed(l.cmd(0, echo...), f, &mu, &out)
+					}()
+				}
+				wg.Wait()
+			}
+			return out
+		}
+	}
+	return []loadMode{
+		{fmt.Sprintf("back to back (%d calls, each right after the last)", n), func(l launcher, f *failures) []time.Duration {
+			var (
+				mu  sync.Mutex
+				out []time.Duration
+			)
+			for range n {
+				timed(l.cmd(0, echo...), f, &mu, &out)
+			}
+			return out
+		}},
+		{fmt.Sprintf("staggered (%d calls, one every 20 ms)", n), func(l launcher, f *failures) []time.Duration {
+			var (
+				mu  sync.Mutex
+				out []time.Duration
+				wg  sync.WaitGroup
+			)
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					timed(l.cmd(0, echo...), f, &mu, &out)
+				}()
+				time.Sleep(20 * time.Millisecond)
+			}
+			wg.Wait()
+			return out
+		}},
+		{"bursts of 16 at once (8 bursts)", burst(16, 8)},
+		{"bursts of 64 at once (2 bursts)", burst(64, 2)},
+	}
+}
+
+// saturation runs callers concurrent loops of mixed small tools across tenants for d and
+// returns the calls per second and their latencies.
+func saturation(l launcher, callers, tenants int, d time.Duration, f *failures) (float64, []time.Duration) {
+	tools := [][]string{{"echo", "x"}, {"sh", "-c", "echo x"}, {"ls", "."}, {"cat", "/etc/hostname"}}
+	var (
+		mu  sync.Mutex
+		lat []time.Duration
+		wg  sync.WaitGroup
+	)
+	end := time.Now().Add(d)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				timed(l.cmd(c%tenants, tools[(c+i)%len(tools)]...), f, &mu, &lat)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(len(lat)) / d.Seconds(), lat
+}
+
+// loadBench prints the load tables, bermd being d (default pool bounds).
+func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Duration) {
+	vs := loadVariants(berm, sock, ws, pol)
+	fmt.Printf("## Launch under load: time to first output of `echo x`\n\n")
+	fmt.Println("No pause for bermd to settle: refills compete with the launches, as they do for an agent's calls.")
+	fmt.Println("Overhead is each mode's percentile minus the bare exec's same percentile in the same mode; the ratio is berm's overhead over bwrap's.")
+	fmt.Println()
+	fmt.Println("| mode | bare p50 / p95 / p99 | bwrap p50 / p95 / p99 | berm p50 / p95 / p99 | berm / bwrap overhead p50 | p99 | berm launches warm | failed calls (bwrap, berm) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, m := range loadModes(n) {
+		var res [3][]time.Duration
+		var fails [3]failures
+		for i, v := range vs {
+			if i == 2 {
+				d.Settle()
+			}
+			w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
+			res[i] = m.run(v, &fails[i])
+			if i == 2 {
+				w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
+				pcts := func(t []time.Duration) string {
+					return fmt.Sprintf("%s / %s / %s", benchkit.MS(benchkit.Pct(t, .5)), benchkit.MS(benchkit.Pct(t, .95)), benchkit.MS(benchkit.Pct(t, .99)))
+				}
+				ratio := func(p float64) float64 {
+					b := benchkit.Pct(res[0], p)
+					return float64(benchkit.Pct(res[2], p)-b) / float64(benchkit.Pct(res[1], p)-b)
+				}
+				fmt.Printf("| %s | %s | %s | %s | **%.2f** | %.2f | %.0f of %.0f | %s, %s |\n", m.name, pcts(res[0]), pcts(res[1]), pcts(res[2]), ratio(.5), ratio(.99), w, w+c, &fails[1], &fails[2])
+			}
+		}
+	}
+	fmt.Println()
+	if satTime <= 0 {
+		return
+	}
+	fmt.Printf("## Saturation: calls per second (%s each; mixed small tools: echo, sh -c, ls of the workspace, cat; berm's across 8 tenants)\n\n", satTime)
+	fmt.Println("| callers | bwrap calls/s, p50 | berm calls/s, p50 | berm / bwrap throughput | berm launches warm | failed calls (bwrap, berm) |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, callers := range []int{32, 64} {
+		var fb, fe failures
+		bw, bwl := saturation(vs[1], callers, 8, satTime, &fb)
+		d.Settle()
+		w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
+		be, bel := saturation(vs[2], callers, 8, satTime, &fe)
+		w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
+		fmt.Printf("| %d | %.1f, %s | %.1f, %s | **%.2f** | %.0f of %.0f | %s, %s |\n", callers, bw, benchkit.MS(benchkit.Pct(bwl, .5)), be, benchkit.MS(benchkit.Pct(bel, .5)), be/bw, w, w+c, &fb, &fe)
+	}
+	fmt.Println()
+}
