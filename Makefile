@@ -4,7 +4,7 @@ BIN      := bin
 # The Grafana datasource plugin, installable as it is (see dashboards/README.md).
 PLUGIN   := $(BIN)/grafana/berm-datasource
 # cmd/berm (the front) and cmd/berm-stage (the tool's stage) are C; the others are Go.
-CMDS     := $(filter-out internal berm berm-stage,$(notdir $(wildcard cmd/*)))
+CMDS     := $(filter-out internal berm berm-stage,$(notdir $(patsubst %/,%,$(wildcard cmd/*/))))
 CC       ?= cc
 # Static when the C library's archive is there: no dynamic loader on every call.
 FRONT_LDFLAGS ?= $(shell echo 'int main(void){return 0;}' | $(CC) -x c -static -o /dev/null - 2>/dev/null && echo -static)
