@@ -11,7 +11,7 @@ import (
 
 // startApprovals makes bermd's approval broker and serves its API (berm approvals, approve,
 // deny) on bermd.sock in the approvals directory.
-func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*approval.Broker, func() error, error) {
+func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options, live approval.Scrubber) (*approval.Broker, func() error, error) {
 	var hook *approval.Webhook
 	if o.webhookURL != "" {
 		if o.webhookSecret == "" {
@@ -27,7 +27,7 @@ func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options) (*ap
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who})
+	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who, Secrets: live})
 	if err != nil {
 		return nil, nil, err
 	}

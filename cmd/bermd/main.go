@@ -143,7 +143,7 @@ func run(log *slog.Logger, o options) error {
 	}
 	defer pool.Close()
 	registerPoolMetrics(reg, pool)
-	approvals, stopApprovals, err := startApprovals(log, reg, o)
+	approvals, stopApprovals, err := startApprovals(log, reg, o, a.Secrets())
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bermsec/berm/agent/secrets"
 )
 
 // Outcomes of a request.
@@ -40,13 +42,18 @@ const (
 
 // Request is one pending action, as a person is asked about it.
 type Request struct {
-	ID        string    `json:"id"`
-	CallID    string    `json:"call"`
-	Tenant    string    `json:"tenant"`
-	Tool      string    `json:"tool"`
-	Action    string    `json:"action"`  // policy.Approve*: unlink, rename, write, exec, connect
-	Syscall   string    `json:"syscall"` // the syscall held
-	Object    string    `json:"object"`  // the path (old -> new for a rename), or address:port
+	ID      string `json:"id"`
+	CallID  string `json:"call"`
+	Tenant  string `json:"tenant"`
+	Tool    string `json:"tool"`
+	Action  string `json:"action"`  // policy.Approve*: unlink, rename, write, exec, connect
+	Syscall string `json:"syscall"` // the syscall held
+	Object  string `json:"object"`  // the path (old -> new for a rename), or address:port
+	// Inode is the object's file as the broker found it when the request was published
+	// ("MAJOR:MINOR INODE", from the kernel through the tool's root; empty for no file yet,
+	// an address or a program): something the tool's own output cannot know to imitate
+	// beside the request's random id.
+	Inode     string    `json:"inode,omitempty"`
 	Rule      string    `json:"rule"`
 	Approvers []string  `json:"approvers,omitempty"`
 	PID       uint32    `json:"pid"`
@@ -85,6 +92,7 @@ type Broker struct {
 	prompt  Prompter
 	// approvers say who may decide a rule naming approvers (nil: the names root gives).
 	approvers *Approvers
+	secrets   Scrubber
 
 	mu      sync.Mutex
 	pending map[string]*Request
@@ -100,6 +108,15 @@ type Config struct {
 	// Approvers are who may decide (approvers.go); nil: rules' approvers are checked against
 	// the names given by root (the admin token, the terminal of a run).
 	Approvers *Approvers
+	// Secrets are the node's live brokered secrets (*secrets.Registry): every field of a
+	// request passes them before it leaves berm, and a request whose object holds one is
+	// denied at once, asking nobody. Nil: none.
+	Secrets Scrubber
+}
+
+// Scrubber takes live secrets out of a string, saying which it found (*secrets.Registry).
+type Scrubber interface {
+	Scrub(s string) (string, []secrets.Hit)
 }
 
 // Prompter asks a person about a request and returns their answer (and who gave it), or
@@ -111,7 +128,7 @@ type Prompter interface {
 
 // New makes a Broker.
 func New(cfg Config) (*Broker, error) {
-	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, pending: map[string]*Request{}}
+	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, secrets: cfg.Secrets, pending: map[string]*Request{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -151,13 +168,31 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 	r.Created = time.Now()
 	r.Deadline = r.Created.Add(timeout)
 	r.done = make(chan Decision, 1)
+	// What leaves berm from here (the log, the webhook, the API, the prompt, the trail) is
+	// the request with every live secret redacted and every field escaped.
+	leaks := b.redact(r)
+	if len(leaks) == 0 {
+		r.Inode = objectInode(r.PID, r.Action, r.Object)
+	}
+	r.escaped()
 	if registered != nil {
 		registered(r)
+	}
+	b.metrics.requests.Inc()
+	if len(leaks) > 0 {
+		// The tool named a live credential in what a person would be asked about: asking
+		// would carry it out (a webhook, a chat, a terminal). Denied without asking; the
+		// trail's credential events and alert come from the redaction of the request's events.
+		d := Decision{Outcome: Denied, Channel: ChannelBroker, Latency: time.Since(r.Created),
+			Reason: fmt.Sprintf("its object holds the live credential %s: denied without asking anyone (the request would carry it out)", strings.Join(leaks, ", "))}
+		b.metrics.observe(d)
+		b.log.Warn("approval denied: its object holds a live credential", "id", r.ID, "call", r.CallID, "tenant", r.Tenant, "action", r.Action,
+			"object", r.Object, "credentials", strings.Join(leaks, ", "), "rule", r.Rule)
+		return d
 	}
 	b.mu.Lock()
 	b.pending[r.ID] = r
 	b.mu.Unlock()
-	b.metrics.requests.Inc()
 	b.log.Info("approval requested", "id", r.ID, "call", r.CallID, "tenant", r.Tenant, "action", r.Action, "object", r.Object, "rule", r.Rule)
 	if b.hook != nil {
 		b.hook.Send(*r)
