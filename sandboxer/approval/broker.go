@@ -172,7 +172,11 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 	// the request with every live secret redacted and every field escaped.
 	leaks := b.redact(r)
 	if len(leaks) == 0 {
-		r.Inode = objectInode(r.PID, r.Action, r.Object)
+		// On a goroutine of its own: the supervisor calls this from a thread confined as the
+		// tool (its root, ids and Landlock domain), which could not look at the tool's root.
+		ino := make(chan string, 1)
+		go func(pid uint32, action, object string) { ino <- objectInode(pid, action, object) }(r.PID, r.Action, r.Object)
+		r.Inode = <-ino
 	}
 	r.escaped()
 	if registered != nil {
