@@ -38,6 +38,10 @@ type forgeryCall struct {
 }
 
 func startForgery(t *testing.T, files []string, script string) *forgeryCall {
+	return startForgeryWith(t, forgeryPolicy, files, script)
+}
+
+func startForgeryWith(t *testing.T, policy string, files []string, script string) *forgeryCall {
 	t.Helper()
 	bermbin.RequireRoot(t)
 	dir := t.TempDir()
@@ -49,7 +53,7 @@ func startForgery(t *testing.T, files []string, script string) *forgeryCall {
 	t.Setenv("BERM_APPROVALS_TOKEN", tok)
 	t.Setenv("USER", "prompt-user")
 	pol := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pol, []byte(forgeryPolicy), 0o644)
+	os.WriteFile(pol, []byte(policy), 0o644)
 	ws := bermbin.Workspace(t)
 	os.MkdirAll(filepath.Join(ws, "data"), 0o755)
 	os.Chown(filepath.Join(ws, "data"), 65534, 65534)
@@ -161,6 +165,23 @@ func TestApprovalQuestionShowsControlCharactersEscaped(t *testing.T) {
 	f.term.waitFor(t, end, "rm=1")
 	if status := f.term.wait(t, f.cmd); status != 0 {
 		t.Fatalf("status %d:\n%s", status, f.term.text())
+	}
+}
+
+// A tool holding a brokered secret deletes a file it named after it: the terminal is never
+// asked (the broker denies the request at once) and the secret never shows on it.
+func TestApprovalPromptNeverShowsASecret(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "secret")
+	secret := "prompt-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-q7w8e9r0"
+	os.WriteFile(src, []byte(secret), 0o600)
+	pol := strings.Replace(forgeryPolicy, "spec:\n", "spec:\n  credentials:\n    - {name: db, source: {file: "+src+"}, deliver: {file: /run/secrets/db}}\n", 1)
+	f := startForgeryWith(t, pol, nil, `s=$(cat /run/secrets/db); : > "data/$s"; rm "data/$s"; echo rm=$?`)
+	f.term.waitFor(t, 0, "rm=1")
+	if status := f.term.wait(t, f.cmd); status != 0 {
+		t.Fatalf("status %d:\n%s", status, f.term.text())
+	}
+	if s := f.term.text(); strings.Contains(s, secret) || strings.Contains(s, "[berm] approval request") || !strings.Contains(s, "[berm:redacted:db]") {
+		t.Fatalf("the terminal was asked, or shows the secret:\n%q", s)
 	}
 }
 
