@@ -85,3 +85,17 @@ func TestInNameShortSecretsWholeAndOnlyWhileLive(t *testing.T) {
 		t.Errorf("found after its call ended: %+v", hits)
 	}
 }
+
+// BenchmarkInName is the cost the resolver adds to each query of a node holding 16 live
+// secrets, for a name of no secret.
+func BenchmarkInName(b *testing.B) {
+	r := NewRegistry(nil)
+	for i := range 16 {
+		defer r.Add(Owner{CallKey: "k", Name: "s"}, []byte(strings.Repeat(string(rune('a'+i)), 3)+"-9f8e7d6c5b4a39281706f5e4d3c2b1a0"+hex.EncodeToString([]byte{byte(i)})))()
+	}
+	r.InName("warm.example")
+	b.ReportAllocs()
+	for b.Loop() {
+		r.InName("x7k2p9q4m1v8z3b6n5c0w2r7t4y9.files.storage-googleapis-production.example.com")
+	}
+}
