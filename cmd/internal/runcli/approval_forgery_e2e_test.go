@@ -176,10 +176,12 @@ func TestApprovalPromptNeverShowsASecret(t *testing.T) {
 	os.WriteFile(src, []byte(secret), 0o600)
 	pol := strings.Replace(forgeryPolicy, "spec:\n", "spec:\n  credentials:\n    - {name: db, source: {file: "+src+"}, deliver: {file: /run/secrets/db}}\n", 1)
 	f := startForgeryWith(t, pol, nil, `s=$(cat /run/secrets/db); : > "data/$s"; rm "data/$s"; echo rm=$?`)
-	f.term.waitFor(t, 0, "rm=1")
+	// The call's end, however long a loaded machine makes it: a request put to the terminal
+	// would wait for the policy's timeout and show on the screen.
 	if status := f.term.wait(t, f.cmd); status != 0 {
 		t.Fatalf("status %d:\n%s", status, f.term.text())
 	}
+	f.term.waitFor(t, 0, "rm=1") // what berm wrote last, read from the terminal
 	if s := f.term.text(); strings.Contains(s, secret) || strings.Contains(s, "[berm] approval request") || !strings.Contains(s, "[berm:redacted:db]") {
 		t.Fatalf("the terminal was asked, or shows the secret:\n%q", s)
 	}
