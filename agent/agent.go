@@ -471,7 +471,7 @@ func (a *Agent) attachDNS(c *Call, pol *policy.NetPolicy) error {
 		return nil
 	}
 	d, err := a.dns.Attach(dnsguard.CallConfig{Name: c.Start.CallID, Policy: pol, Audit: c.policy != nil && c.policy.Mode == policy.Audit,
-		Upstream: c.dnsUpstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }})
+		Upstream: c.dnsUpstream, Pins: c.net, Emit: func(ev event.Event) { a.Emit(c, ev) }, Secrets: a.secrets, CallKey: c.Start.CallKey})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,11 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 			where = "exec env"
 		}
 	}
+	if a.secrets.Live() && ev.Alert != nil {
+		// An alert's output quotes what the tool did (an approval retry names the object):
+		// scrubbed too, without a leak of its own (the event it quotes had it).
+		ev.Alert.Output, _ = a.secrets.Scrub(ev.Alert.Output)
+	}
 	if !a.secrets.Live() || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
 		return a.leakEvents(c, hits, where, ev)
 	}
@@ -58,6 +63,11 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 		s("path", &ev.Denial.Object)
 	case ev.Aggregate != nil:
 		s("path", &ev.Aggregate.Object)
+	case ev.Approval != nil:
+		// The object of an approval request is a name the tool chose; the broker denies a
+		// request whose object holds a live secret (sandboxer/approval).
+		s(whereApproval, &ev.Approval.Object)
+		s("approval reason", &ev.Approval.Reason)
 	case ev.DNS != nil:
 		// A secret sent out as labels of a name (a DNS exfiltration), in any of its forms.
 		s("dns name", &ev.DNS.Name)
@@ -113,6 +123,17 @@ func (a *Agent) leakEvents(c *Call, hits []secrets.Hit, where string, ev *event.
 			continue
 		}
 		out = append(out, event.Event{Time: ev.Time, Kind: event.KindCredential, PID: ev.PID, TID: ev.TID, Credential: cr})
+		if where == whereApproval {
+			out = append(out, event.Event{Time: ev.Time, Kind: event.KindAlert, PID: ev.PID, TID: ev.TID, Alert: &event.Alert{
+				RuleID: "credential-approval-object", Title: "A credential in the object of an approval request", Severity: "critical",
+				Surface: event.SurfaceCredential,
+				Output: fmt.Sprintf("credential %s (fingerprint %s, %s) in the object of an approval request of call %s: the request was denied without asking anyone, and its object is redacted everywhere it goes",
+					h.Name, h.Fingerprint, h.Encoding, c.Start.CallKey),
+			}})
+		}
 	}
 	return out
 }
+
+// whereApproval is where a secret in an approval request's object is found.
+const whereApproval = "approval object"

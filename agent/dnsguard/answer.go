@@ -40,6 +40,10 @@ func (c *Call) answer(q []byte, transport string) []byte {
 		c.emit(ev)
 		return nil
 	}
+	if c.secretIn(ev) {
+		c.emit(ev)
+		return reply(&msg, layers.DNSResponseCodeRefused)
+	}
 	rules := c.policy.Load().MatchDomains(ev.Name)
 	switch {
 	case len(rules) > 0:
@@ -53,6 +57,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 		return reply(&msg, layers.DNSResponseCodeRefused)
 	}
 
+	c.tunnelRun(ev, rules)
 	resp, err := c.r.exchange(c.upstream, q, transport, msg.ID)
 	if err != nil {
 		c.r.m.upstream.Inc()
@@ -113,9 +118,14 @@ func (c *Call) overloaded(q []byte, transport string) []byte {
 	ev := &event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
 		Rcode: rcodeName(layers.DNSResponseCodeServFail), Verdict: event.DNSRefused, Transport: transport,
 		Detail: fmt.Sprintf("not asked: more than %d queries of the call in flight", maxInflight)}
-	c.judgeOnly(ev)
+	rcode := layers.DNSResponseCodeServFail
+	if c.secretIn(ev) {
+		rcode = layers.DNSResponseCodeRefused
+	} else {
+		c.judgeOnly(ev)
+	}
 	c.emit(ev)
-	return reply(&msg, layers.DNSResponseCodeServFail)
+	return reply(&msg, rcode)
 }
 
 func (c *Call) emit(d *event.DNS) {

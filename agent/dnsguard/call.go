@@ -33,6 +33,11 @@ type CallConfig struct {
 	Pins     Pinner
 	// Emit records a dns event in the call's stream (agent.Emit); it must not block long.
 	Emit func(event.Event)
+	// Secrets finds chunks of live brokered secrets in names (the node's registry): a query
+	// whose name carries one is refused, never forwarded (leak.go). Nil: none looked for.
+	Secrets NameScanner
+	// CallKey is the call's key: a secret of another call found in a name says both.
+	CallKey string
 }
 
 // Call is one call's listeners: UDP and TCP on the same port of 127.0.0.1 and ::1.
@@ -57,6 +62,7 @@ type Call struct {
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{}
 	closed    bool
+	alerted   map[string]bool // the finds alerted already (leak.go)
 }
 
 // maxTCPConns bounds one call's open TCP DNS connections.

@@ -156,7 +156,11 @@ func (c *Call) unanswered(q []byte) {
 	}
 	ev := &event.DNS{Name: policy.CanonicalName(string(msg.Questions[0].Name)), Type: typeName(msg.Questions[0].Type),
 		Verdict: event.DNSRefused, Transport: "udp", Detail: "not answered: the call ended before the resolver read it"}
-	c.judgeOnly(ev)
+	if c.secretIn(ev) {
+		ev.Detail = "not answered (the call ended first); " + ev.Detail
+	} else {
+		c.judgeOnly(ev)
+	}
 	c.emit(ev)
 }
 

@@ -30,6 +30,9 @@ type Registry struct {
 	// matcher finds every live form at once; made for generation matcherGen (index).
 	matcher    *matcher
 	matcherGen uint64
+	// chunkIx finds chunks of every live secret in a DNS name (dnsname.go), for chunkGen.
+	chunkIx  *chunkIndex
+	chunkGen uint64
 }
 
 // Gen changes whenever a secret is added or removed.
@@ -54,7 +57,8 @@ func (r *Registry) Others(callKey string) []Literal {
 
 type entry struct {
 	Owner
-	forms []Form
+	forms     []Form
+	nameForms []Form // as a DNS name carries them (dnsname.go)
 }
 
 // NewRegistry is an empty registry fingerprinting with fp.
@@ -64,7 +68,7 @@ func NewRegistry(fp *Fingerprinter) *Registry {
 
 // Add registers value for its call until the returned remove is called.
 func (r *Registry) Add(o Owner, value []byte) (remove func()) {
-	e := &entry{Owner: o, forms: Forms(value)}
+	e := &entry{Owner: o, forms: Forms(value), nameForms: nameForms(value)}
 	r.mu.Lock()
 	r.live[e] = true
 	r.n.Add(1)

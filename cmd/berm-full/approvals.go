@@ -27,7 +27,7 @@ func init() {
 // embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
 // its own while the call runs, when the call's policy holds actions for approval. stop ends
 // the API (nil broker: nothing to stop).
-func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay, live approval.Scrubber, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
 	stop = func() error { return nil }
 	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
 		return nil, stop, nil
@@ -53,7 +53,7 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	if err != nil {
 		return nil, stop, err
 	}
-	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who, Webhook: hook}); err != nil {
+	if b, err = approval.New(approval.Config{Log: log, Prompt: prompt, Approvers: who, Webhook: hook, Secrets: live}); err != nil {
 		return nil, stop, err
 	}
 	token, err := approval.LoadToken(envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile))
@@ -67,13 +67,15 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	return b, stop, nil
 }
 
-// ttyPrompt asks at the caller's terminal.
+// ttyPrompt asks at the caller's terminal. The relay holds the tool's output while the
+// question is open and resets the terminal before it (ptyrelay.Prompt): the question is the
+// last thing on the screen, drawn as written. Every field is escaped by the broker (a name
+// with ESC in it shows its escapes), and the question names what the tool cannot know when it
+// draws a forgery: the request's random id, repeated where the answer is typed.
 type ttyPrompt struct{ relay *ptyrelay.Relay }
 
 func (p ttyPrompt) Ask(r *approval.Request, abandon <-chan struct{}) (bool, string, string, bool) {
-	q := fmt.Sprintf("\r\n[berm] tool %s wants to %s %s (rule %s, request %s).\r\n[berm] Allow? [y/N] ",
-		r.Tool, r.Action, r.Object, r.Rule, r.ID)
-	line, ok := p.relay.Prompt(q, abandon)
+	line, ok := p.relay.Prompt(question(r), abandon)
 	if !ok {
 		return false, "", "", false
 	}
@@ -81,12 +83,30 @@ func (p ttyPrompt) Ask(r *approval.Request, abandon <-chan struct{}) (bool, stri
 	return line == "y" || line == "yes", whoAmI(), "answered at the terminal", true
 }
 
+// question is the terminal prompt's text for r (whose fields the broker escaped).
+func question(r *approval.Request) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\r\n[berm] approval request %s: the tool's output waits until you answer\r\n", r.ID)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, "[berm]   %-7s %s\r\n", k+":", approval.EscapeControls(v))
+		}
+	}
+	row("tool", r.Tool)
+	row("action", r.Action+" ("+r.Syscall+")")
+	row("object", r.Object)
+	row("inode", r.Inode)
+	row("rule", r.Rule)
+	fmt.Fprintf(&b, "[berm] Allow request %s? [y/N] ", r.ID)
+	return b.String()
+}
+
 // stderrNotice asks nobody: it says on stderr that a request waits and how to decide it.
 type stderrNotice struct{}
 
 func (stderrNotice) Ask(r *approval.Request, _ <-chan struct{}) (bool, string, string, bool) {
 	fmt.Fprintf(os.Stderr, "berm: waiting for approval %s: %s %s (rule %s); decide with berm approve %s or berm deny %s (no answer by %s denies)\n",
-		r.ID, r.Action, r.Object, r.Rule, r.ID, r.ID, r.Deadline.Format(time.TimeOnly))
+		r.ID, r.Action, approval.EscapeControls(r.Object), r.Rule, r.ID, r.ID, r.Deadline.Format(time.TimeOnly))
 	return false, "", "", false
 }
 
@@ -146,7 +166,10 @@ func cmdApprovals(args []string) int {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tCALL\tTENANT\tTOOL\tACTION\tOBJECT\tRULE\tAGE")
 	for _, p := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.CallID, p.Tenant, p.Tool, p.Action, p.Object, p.Rule,
+		// The API escapes every field; escaped again here (controls only, so nothing is
+		// doubled): a table on a terminal never carries a control character from anyone.
+		e := approval.EscapeControls
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e(p.ID), e(p.CallID), e(p.Tenant), e(p.Tool), e(p.Action), e(p.Object), e(p.Rule),
 			time.Duration(p.AgeSeconds*float64(time.Second)).Round(time.Second))
 	}
 	w.Flush()

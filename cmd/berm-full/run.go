@@ -63,9 +63,11 @@ func cmdRun(args []string) int {
 	if term != nil {
 		defer term.Close()
 		spec.Stdin, spec.Terminal = term.Master, o.Request.Terminal
+		// The tool's output to the terminal waits while a question is open at it.
+		spec.Stdout, spec.Stderr = term.Hold(os.Stdout), term.Hold(os.Stderr)
 	}
 	var stopApprovals func() error
-	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term, o.ApprovalWebhook, o.ApprovalWebhookSecret); err != nil {
+	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term, a.Secrets(), o.ApprovalWebhook, o.ApprovalWebhookSecret); err != nil {
 		return fail("%v", err)
 	}
 	defer stopApprovals()

@@ -18,8 +18,9 @@ import (
 // startApprovals makes bermd's approval broker and serves its API (berm approvals, approve,
 // deny) on its own socket in the approvals directory (approvalsName): one per bermd. A
 // second bermd with the same control socket refuses to start rather than take the first's.
-// decide, when set, says whether a uid may decide a tenant's calls (bermd --access).
-func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options, decide func(uid int, tenant string) error) (*approval.Broker, func() error, error) {
+// decide, when set, says whether a uid may decide a tenant's calls (bermd --access); live
+// are the node's live brokered secrets, which every field of a request passes.
+func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options, decide func(uid int, tenant string) error, live approval.Scrubber) (*approval.Broker, func() error, error) {
 	var hook *approval.Webhook
 	if o.webhookURL != "" {
 		if o.webhookSecret == "" {
@@ -35,7 +36,7 @@ func startApprovals(log *slog.Logger, reg prometheus.Registerer, o options, deci
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who, DecideAccess: decide})
+	b, err := approval.New(approval.Config{Log: log, Registry: reg, Webhook: hook, Approvers: who, DecideAccess: decide, Secrets: live})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -230,7 +230,7 @@ func run(log *slog.Logger, o options) error {
 			return accessNow.Load().Check(access.PeerOf(uint32(uid)), tenant, access.Decide)
 		}
 	}
-	approvals, stopApprovals, err := startApprovals(log, reg, o, decide)
+	approvals, stopApprovals, err := startApprovals(log, reg, o, decide, a.Secrets())
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bermsec/berm/agent/secrets"
 )
 
 // Outcomes of a request.
@@ -40,13 +42,18 @@ const (
 
 // Request is one pending action, as a person is asked about it.
 type Request struct {
-	ID        string    `json:"id"`
-	CallID    string    `json:"call"`
-	Tenant    string    `json:"tenant"`
-	Tool      string    `json:"tool"`
-	Action    string    `json:"action"`  // policy.Approve*: unlink, rename, write, exec, connect
-	Syscall   string    `json:"syscall"` // the syscall held
-	Object    string    `json:"object"`  // the path (old -> new for a rename), or address:port
+	ID      string `json:"id"`
+	CallID  string `json:"call"`
+	Tenant  string `json:"tenant"`
+	Tool    string `json:"tool"`
+	Action  string `json:"action"`  // policy.Approve*: unlink, rename, write, exec, connect
+	Syscall string `json:"syscall"` // the syscall held
+	Object  string `json:"object"`  // the path (old -> new for a rename), or address:port
+	// Inode is the object's file as the broker found it when the request was published
+	// ("MAJOR:MINOR INODE", from the kernel through the tool's root; empty for no file yet,
+	// an address or a program): something the tool's own output cannot know to imitate
+	// beside the request's random id.
+	Inode     string    `json:"inode,omitempty"`
 	Rule      string    `json:"rule"`
 	Approvers []string  `json:"approvers,omitempty"`
 	PID       uint32    `json:"pid"`
@@ -87,6 +94,7 @@ type Broker struct {
 	approvers *Approvers
 	// decideAccess, when set, decides whether the API's peer (uid) may decide tenant's calls.
 	decideAccess func(uid int, tenant string) error
+	secrets      Scrubber
 
 	mu      sync.Mutex
 	pending map[string]*Request
@@ -106,6 +114,15 @@ type Config struct {
 	// token: may the peer (its uid from the socket, -1 when unknown) decide the calls of the
 	// tenant (bermd --access: the decide right)? An error refuses the decision.
 	DecideAccess func(uid int, tenant string) error
+	// Secrets are the node's live brokered secrets (*secrets.Registry): every field of a
+	// request passes them before it leaves berm, and a request whose object holds one is
+	// denied at once, asking nobody. Nil: none.
+	Secrets Scrubber
+}
+
+// Scrubber takes live secrets out of a string, saying which it found (*secrets.Registry).
+type Scrubber interface {
+	Scrub(s string) (string, []secrets.Hit)
 }
 
 // Prompter asks a person about a request and returns their answer (and who gave it), or
@@ -117,7 +134,7 @@ type Prompter interface {
 
 // New makes a Broker.
 func New(cfg Config) (*Broker, error) {
-	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, decideAccess: cfg.DecideAccess, pending: map[string]*Request{}}
+	b := &Broker{log: cfg.Log, hook: cfg.Webhook, prompt: cfg.Prompt, approvers: cfg.Approvers, decideAccess: cfg.DecideAccess, secrets: cfg.Secrets, pending: map[string]*Request{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -157,13 +174,35 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 	r.Created = time.Now()
 	r.Deadline = r.Created.Add(timeout)
 	r.done = make(chan Decision, 1)
+	// What leaves berm from here (the log, the webhook, the API, the prompt, the trail) is
+	// the request with every live secret redacted and every field escaped.
+	leaks := b.redact(r)
+	if len(leaks) == 0 {
+		// On a goroutine of its own: the supervisor calls this from a thread confined as the
+		// tool (its root, ids and Landlock domain), which could not look at the tool's root.
+		ino := make(chan string, 1)
+		go func(pid uint32, action, object string) { ino <- objectInode(pid, action, object) }(r.PID, r.Action, r.Object)
+		r.Inode = <-ino
+	}
+	r.escaped()
 	if registered != nil {
 		registered(r)
+	}
+	b.metrics.requests.Inc()
+	if len(leaks) > 0 {
+		// The tool named a live credential in what a person would be asked about: asking
+		// would carry it out (a webhook, a chat, a terminal). Denied without asking; the
+		// trail's credential events and alert come from the redaction of the request's events.
+		d := Decision{Outcome: Denied, Channel: ChannelBroker, Latency: time.Since(r.Created),
+			Reason: fmt.Sprintf("its object holds the live credential %s: denied without asking anyone (the request would carry it out)", strings.Join(leaks, ", "))}
+		b.metrics.observe(d)
+		b.log.Warn("approval denied: its object holds a live credential", "id", r.ID, "call", r.CallID, "tenant", r.Tenant, "action", r.Action,
+			"object", r.Object, "credentials", strings.Join(leaks, ", "), "rule", r.Rule)
+		return d
 	}
 	b.mu.Lock()
 	b.pending[r.ID] = r
 	b.mu.Unlock()
-	b.metrics.requests.Inc()
 	b.log.Info("approval requested", "id", r.ID, "call", r.CallID, "tenant", r.Tenant, "action", r.Action, "object", r.Object, "rule", r.Rule)
 	if b.hook != nil {
 		b.hook.Send(*r)

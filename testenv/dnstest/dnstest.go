@@ -178,3 +178,14 @@ func writeTCPMsg(w io.Writer, msg []byte) error {
 	_, err := w.Write(b)
 	return err
 }
+
+// Names are the names the server was asked, lowercased, in no order.
+func (u *Server) Names() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]string, 0, len(u.asked))
+	for n := range u.asked {
+		out = append(out, n)
+	}
+	return out
+}

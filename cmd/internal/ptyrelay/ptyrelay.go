@@ -14,6 +14,7 @@ package ptyrelay
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sync"
@@ -42,7 +43,27 @@ type Relay struct {
 	raw    unix.Termios
 	done   chan struct{}
 	stop   sync.Once
+
+	// While a question is open, the tool's output to the caller's terminal (the writers Hold
+	// made) is held here, in order, and written after the answer: nothing the tool draws can
+	// come after the question or over it.
+	hmu     sync.Mutex
+	hcond   *sync.Cond
+	holding bool
+	held    []heldChunk
+	heldN   int
 }
+
+type heldChunk struct {
+	w io.Writer
+	b []byte
+}
+
+// MaxHeld bounds the tool's output held while a question is open. At the bound the tool's
+// writes wait for the answer (the copier stops reading its pipe or pty, whose buffer fills,
+// and the tool blocks in write): nothing is dropped, and the question stays the last thing on
+// the screen. The wait is bounded by the request's own timeout.
+const MaxHeld = 1 << 20
 
 // IsTerminal says whether f is a terminal.
 func IsTerminal(f *os.File) bool {
@@ -63,6 +84,7 @@ func Start(caller *os.File) (_ *Relay, err error) {
 		return nil, fmt.Errorf("allocate a pty for the call: %w", err)
 	}
 	r := &Relay{Master: os.NewFile(uintptr(m), "pty-master"), caller: fd, saved: saved, done: make(chan struct{})}
+	r.hcond = sync.NewCond(&r.hmu)
 	defer func() {
 		if err != nil {
 			r.Master.Close()
@@ -242,13 +264,22 @@ func (r *Relay) Prompt(question string, abandon <-chan struct{}) (string, bool) 
 	}
 	r.asking = keys
 	r.mu.Unlock()
+	// From here the tool's output waits (a write under way finishes first): the question is
+	// the last thing on the screen until it is answered.
+	r.hmu.Lock()
+	r.holding = true
+	r.hmu.Unlock()
+	defer r.release()
 	defer func() {
 		r.mu.Lock()
 		r.asking = nil
 		r.mu.Unlock()
 	}()
-	say := func(s string) { _, _ = unix.Write(r.caller, []byte(s)) }
-	say(question)
+	say := func(s string) { writeAll(r.caller, []byte(s)) }
+	// Keys typed before the question was on the screen answered something else (perhaps a
+	// question the tool drew): dropped, as sudo drops them before it asks.
+	_ = unix.IoctlSetInt(r.caller, unix.TCFLSH, unix.TCIFLUSH)
+	say(ResetTerminal + question)
 	var line []byte
 	for {
 		select {
@@ -277,5 +308,66 @@ func (r *Relay) Prompt(question string, abandon <-chan struct{}) (string, bool) 
 				}
 			}
 		}
+	}
+}
+
+// ResetTerminal is written before a question: whatever state the tool's output left the
+// terminal in, the question shows as written, on the last line of the screen. CAN and ST end
+// an escape sequence or a string (a window title, a DCS) left open, which would swallow the
+// question; then the text attributes (invisible, reverse, colours), the palette and default
+// colours (a foreground made the background's), insert mode, origin mode and the scroll
+// region are reset, the cursor is shown, the character set is ASCII again, and the cursor
+// goes to the screen's last line, below everything drawn, which is cleared.
+const ResetTerminal = "\x18\x1b\\" + "\x1b[0m\x1b[4l\x1b[?25h\x1b[?6l\x1b[r\x1b(B\x0f" +
+	"\x1b]104\x07\x1b]110\x07\x1b]111\x07" + "\x1b[999;1H\x1b[J"
+
+// Hold is w (where the launcher copies the tool's output: berm's stdout or stderr, the
+// caller's terminal) held while a question is open: what the tool writes meanwhile is kept,
+// in order across every writer Hold made, and written once the question is answered; past
+// MaxHeld the write waits for the answer.
+func (r *Relay) Hold(w io.Writer) io.Writer { return &heldWriter{r: r, w: w} }
+
+type heldWriter struct {
+	r *Relay
+	w io.Writer
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	r := h.r
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	for r.holding && r.heldN > 0 && r.heldN+len(p) > MaxHeld {
+		r.hcond.Wait()
+	}
+	if r.holding {
+		r.held = append(r.held, heldChunk{h.w, append([]byte(nil), p...)})
+		r.heldN += len(p)
+		return len(p), nil
+	}
+	// Written with the lock held: a question cannot start in the middle of a write.
+	return h.w.Write(p)
+}
+
+// release writes what was held, in order, and lets the tool's output through again.
+func (r *Relay) release() {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	for _, c := range r.held {
+		_, _ = c.w.Write(c.b)
+	}
+	r.held, r.heldN, r.holding = nil, 0, false
+	r.hcond.Broadcast()
+}
+
+func writeAll(fd int, b []byte) {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return
+		}
+		b = b[n:]
 	}
 }

@@ -51,8 +51,9 @@ spec:
 			term := openCallerTerminal(t)
 			cmd := term.start(t, true, "run", "--no-rules", "--state-dir", state, "--daemon", "never", "--call-id", "prompt",
 				"--workspace", ws, "--policy", pol, "--", "sh", "-c", "rm reports/x; echo rm=$?")
-			term.waitFor(t, 0, "Allow? [y/N] ")
-			if !strings.Contains(term.text(), "unlink "+ws+"/reports/x (rule delete-reports") {
+			term.waitFor(t, 0, "? [y/N] ")
+			if q := term.text(); !strings.Contains(q, "action: unlink (unlinkat)\r\n") || !strings.Contains(q, "object: "+ws+"/reports/x\r\n") ||
+				!strings.Contains(q, "rule:   delete-reports\r\n") {
 				t.Fatalf("the question does not say what: %s", term.text())
 			}
 			term.typeKeys(t, tc.answer)
