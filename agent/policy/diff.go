@@ -73,8 +73,13 @@ func lowerFirst(s string) string {
 // DiffMain is `berm policy diff A B`: A and B are policy files, or "strict" for the built-in
 // one. Exit 0 when they are the same, 1 when they differ, 2 on a usage or load error.
 func DiffMain(args []string, stdout, stderr io.Writer) int {
+	const use = "usage: berm policy diff A B   (a file, or strict for the built-in policy)"
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprintln(stdout, use)
+		return 0
+	}
 	if len(args) != 2 {
-		fmt.Fprintln(stderr, "usage: berm policy diff A B   (a file, or strict for the built-in policy)")
+		fmt.Fprintln(stderr, use)
 		return 2
 	}
 	var ps [2]*Policy

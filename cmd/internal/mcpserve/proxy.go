@@ -49,11 +49,17 @@ func Proxy(args []string) int {
 	mine, run := splitFlags(args, own)
 	fs := flag.NewFlagSet("mcp proxy", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: berm mcp proxy [--per-call] [berm run flags] -- CMD [ARGS...]")
+		fmt.Fprintln(fs.Output(), "usage: berm mcp proxy [--per-call] [--max-message N] [berm run flags] -- CMD [ARGS...]")
 		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "berm run's flags (--policy, --tenant, --timeout, --memory, ...) configure the server's sandbox; see berm run -h")
 	}
 	perCall := fs.Bool("per-call", false, "start a fresh sandboxed server for each tools/call (stateless servers)")
 	maxMessage := fs.Int("max-message", DefaultMaxMessage, "bytes of one JSON-RPC message, either way")
+	if helpAsked(args) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(mine); err != nil {
 		return 2
 	}

@@ -75,9 +75,9 @@ func Serve(args []string) int {
 	c := serveConfig{runFlags: run, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	fs := flag.NewFlagSet("mcp serve", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: berm mcp serve [--http ADDR --tokens FILE] [--max-output N] [--max-calls N] [--max-timeout D] [berm run flags]")
+		fmt.Fprintln(fs.Output(), "usage: berm mcp serve [--http ADDR --tokens FILE] [--max-output N] [--max-calls N] [--max-timeout D] [berm run flags]")
 		fs.PrintDefaults()
-		fmt.Fprintln(os.Stderr, "berm run's flags (--policy, --tenant, --timeout, --memory, --workspace, ...) configure every call; see berm run -h")
+		fmt.Fprintln(fs.Output(), "berm run's flags (--policy, --tenant, --timeout, --memory, --workspace, ...) configure every call; see berm run -h")
 	}
 	fs.StringVar(&c.http, "http", "", "serve Streamable HTTP on ADDR (host:port; an empty host is 127.0.0.1) instead of stdio")
 	fs.StringVar(&c.tokens, "tokens", "", "bearer tokens for --http: one 'TENANT TOKEN' a line; the file must be readable by its owner only")
@@ -85,6 +85,11 @@ func Serve(args []string) int {
 	fs.IntVar(&c.maxCalls, "max-calls", 4, "tool calls run at once (more wait)")
 	fs.IntVar(&c.maxMessage, "max-message", DefaultMaxMessage, "bytes of one JSON-RPC message")
 	fs.DurationVar(&c.maxTimeout, "max-timeout", 10*time.Minute, "the most a model's timeout may ask for")
+	if helpAsked(args) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(mine); err != nil {
 		return 2
 	}
@@ -116,6 +121,20 @@ func Serve(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// helpAsked: -h or --help among the flags (before any --), which the command answers with its
+// own usage, on stdout, and success.
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "--h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // options are berm run's for one call of command.
