@@ -1,6 +1,7 @@
 package sandboxer_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/bermsec/berm/testenv/bermbin"
@@ -19,4 +20,28 @@ func TestHostileToolIsRefusedSpecialFilesAndSetidWhenMade(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
 	}
 	hostile.CheckSpecialFiles(t, r.Stdout, bermbin.Timeline(t, state, "hostile").Events, ws)
+}
+
+// What ordinary tools do in a workspace makes no special file and no set-id mode: under the
+// strict policy they work, and nothing of theirs is refused as one.
+func TestOrdinaryToolsWorkUnderStrict(t *testing.T) {
+	bermbin.RequireRoot(t)
+	state, ws := t.TempDir(), bermbin.Workspace(t)
+	script := `set -e
+mkdir -p src/a/b && echo hi > src/a/b/f && chmod 755 src/a/b/f && mkdir -m 755 src/c
+tar cf t.tar src && mkdir x && tar xf t.tar -C x
+cp -a src copy
+git init -q repo
+python3 -m venv venv
+mkdir d && chmod 755 d && chmod -R u+w src
+test -x venv/bin/python`
+	r := run(t, state, "--call-id", "ordinary", "--workspace", ws, "--", "sh", "-c", script)
+	if r.Exit != 0 {
+		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
+	}
+	for _, e := range bermbin.Timeline(t, state, "ordinary").Events {
+		if d := e.Denial; d != nil && (strings.Contains(d.Rule, "make_") || strings.Contains(d.Rule, "setuid")) {
+			t.Errorf("refused: %s | %s | %s", d.Layer, d.Rule, d.Object)
+		}
+	}
 }

@@ -128,7 +128,7 @@ var SpecialFilesCases = []Case{
 	{"creat", event.LayerSeccomp, setid, "suid-creat"},
 	{"mknod-suid", event.LayerSeccomp, setid, "suid-mknod"},
 	{"install-4755", event.LayerSeccomp, setid, "suid-install"},
-	{"tmpfile-4755", event.LayerSeccomp, setid, "open "},
+	{"tmpfile-4755", event.LayerSeccomp, setid, "/ws 04755"},
 	{"tmpfile-fchmod-linkat", event.LayerSeccomp, setid, "fchmod "},
 	{"openat2", event.LayerSeccomp, "openat2", "openat2"},
 	{"mkdir-sgid", event.LayerSeccomp, setid, "sgid-dir"},
