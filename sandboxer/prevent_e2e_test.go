@@ -15,7 +15,7 @@ import (
 func TestHostileToolIsRefusedSpecialFilesAndSetidWhenMade(t *testing.T) {
 	bermbin.RequireRoot(t)
 	state, ws := t.TempDir(), bermbin.Workspace(t)
-	r := run(t, state, "--call-id", "hostile", "--workspace", ws, "--", "python3", "-c", hostile.SpecialFiles)
+	r := run(t, state, "--daemon", "never", "--call-id", "hostile", "--workspace", ws, "--", "python3", "-c", hostile.SpecialFiles)
 	if r.Exit != 0 {
 		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
 	}
