@@ -389,6 +389,13 @@ static __noinline int emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt
 			off += len;
 		}
 	}
+	if (e->source == BERM_SRC_KERNEL) {
+		/* The entry's capture is not needed: consume it, so that a later open refused by
+		 * seccomp (no entry) captures its own arguments instead of reading this one's. */
+		struct pending *p = pending_of(task, 0);
+		if (p && p->nr == nr)
+			p->nr = NR_NONE;
+	}
 	if (e->source == BERM_SRC_NONE) {
 		struct pending *p = pending_of(task, 0);
 		if (!p || p->nr != nr) {

@@ -121,6 +121,11 @@ func compile(spec *Spec) (*callEnv, error) {
 	for nr := range narrowed {
 		env.refusalsOnly = append(env.refusalsOnly, nr)
 	}
+	// A unix socket bound to a path is refused by Landlock (make_sock) when the policy makes
+	// no special files: bind is traced so that the refusal is in the timeline.
+	if !c.AllowSpecialFiles {
+		add(unix.SYS_BIND)
+	}
 	exec := []string{"execve", "execveat"}
 	if env.init.MemfdNoExec {
 		// Only their refusals are reported (PROT_EXEC on a noexec mount, MFD_EXEC).

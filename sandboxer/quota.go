@@ -2,7 +2,6 @@ package sandboxer
 
 import (
 	"fmt"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -11,8 +10,10 @@ import (
 )
 
 // callQuota is what a call may leave on its workspace's file system: a budget of blocks and
-// inodes it may add while it runs (diskBudget), and, after it, no setuid/setgid files and no
-// FIFOs, sockets or devices the policy does not allow (leftovers.go).
+// inodes it may add while it runs (diskBudget). Nothing is looked for after the call: setuid
+// and setgid modes (the launcher's set-id filter) and FIFOs, sockets and devices (Landlock,
+// unless spec.filesystem.allowSpecialFiles) are refused when they are made, so a workspace's
+// size costs the end of a call nothing.
 //
 // Why a measured budget and not project quotas: a project quota counts only inodes carrying
 // the call's project id, and files inherit the id from their directory when created. Existing
@@ -34,16 +35,9 @@ import (
 type callQuota struct {
 	// dir is the workspace directory (O_PATH) on the host's mount of it: resolved as
 	// openWorkspace resolved it, at the same time.
-	dir   int
-	since time.Time
-	disk  diskBudget
-	// allowSpecial and audit shape what the leftover scan does.
-	allowSpecial, audit bool
+	dir  int
+	disk diskBudget
 }
-
-// ctimeMargin: the ctime of what the call changes is at or after its start, but file systems
-// stamp it from a coarse clock, a jiffy (4-10 ms) behind time.Now at most.
-const ctimeMargin = 100 * time.Millisecond
 
 // newCallQuota opens the workspace for the call's quota and takes the budget's baseline; the
 // tool must not have started yet.
@@ -52,8 +46,7 @@ func newCallQuota(workspace string, c *policy.Compiled) (*callQuota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s for its quota: %w", workspace, err)
 	}
-	q := &callQuota{dir: dir, since: time.Now().Add(-ctimeMargin),
-		allowSpecial: c.AllowSpecialFiles, audit: c.Mode == policy.Audit}
+	q := &callQuota{dir: dir}
 	q.disk = diskBudget{bytes: c.Limits.DiskBytes, inodes: c.Limits.Inodes}
 	if err := q.disk.baseline(dir); err != nil {
 		unix.Close(dir)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -125,123 +124,6 @@ func lstat(t *testing.T, p string) (fileState, bool) {
 		t.Fatal(err)
 	}
 	return fileState{st.Mode, st.Size, st.Mtim}, true
-}
-
-// After a call the workspace holds no setuid/setgid file, FIFO or socket of the call's, each
-// reported; the symlinks it planted to host files (and to a host directory full of them) make
-// the cleanup touch nothing outside the workspace; what the workspace held before the call is
-// its owner's and stays.
-func TestLeftoversAreRemovedAndReported(t *testing.T) {
-	bermbin.RequireRoot(t)
-	for _, allow := range []bool{false, true} {
-		name := "strict"
-		if allow {
-			name = "allowSpecialFiles"
-		}
-		t.Run(name, func(t *testing.T) {
-			state, ws := t.TempDir(), bermbin.Workspace(t)
-			// Host files the tool will point symlinks at: the cleanup must not follow them.
-			host := t.TempDir()
-			os.Chmod(host, 0o755)
-			mustRun(t, "install", "-m", "4755", "/dev/null", filepath.Join(host, "suid"))
-			mustRun(t, "mkfifo", filepath.Join(host, "fifo"))
-			// The owner's own setuid file and FIFO, there before the call.
-			mustRun(t, "install", "-o", "65534", "-m", "4755", "/dev/null", filepath.Join(ws, "old-suid"))
-			mustRun(t, "mkfifo", filepath.Join(ws, "old-fifo"))
-			// Their ctime must be before the call's start (the scan's margin is 100 ms).
-			time.Sleep(200 * time.Millisecond)
-			passwd, _ := lstat(t, "/etc/passwd")
-			hostSuid, _ := lstat(t, filepath.Join(host, "suid"))
-
-			// Setting setuid/setgid bits is refused in the call (the launcher's set-id filter):
-			// the sweep is the second line, for what a filter cannot see.
-			script := `set -e
-touch evil && chmod 755 evil && ! chmod 4755 evil
-touch gid && chmod 755 gid && ! chmod 2755 gid
-mkfifo result.csv
-python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'
-mkdir -p deep/a/b && mkfifo deep/a/b/pipe && touch deep/a/b/s && chmod 755 deep/a/b/s && ! chmod 4755 deep/a/b/s
-ln -s /etc/passwd passwd
-ln -s ` + host + `/suid suid-link
-ln -s ` + host + `/fifo fifo-link
-ln -s ` + host + ` hostdir
-ln -s ` + host + ` deep/a/hostdir`
-			args := []string{"--call-id", "leftovers", "--workspace", ws}
-			if allow {
-				args = append(args, "--policy", writePolicy(t, "  filesystem: {allowSpecialFiles: true}\n"))
-			}
-			r := run(t, state, append(args, "--", "sh", "-c", script)...)
-			if r.Exit != 0 {
-				t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
-			}
-
-			for _, p := range []string{"evil", "gid", "deep/a/b/s"} {
-				st, ok := lstat(t, filepath.Join(ws, p))
-				if !ok || st.mode&(unix.S_ISUID|unix.S_ISGID) != 0 || st.mode&0o777 != 0o755 {
-					t.Errorf("%s: mode %o after the call, want 0755 without setuid/setgid", p, st.mode)
-				}
-			}
-			for _, p := range []string{"result.csv", "sock", "deep/a/b/pipe"} {
-				if _, ok := lstat(t, filepath.Join(ws, p)); ok != allow {
-					t.Errorf("%s: present %v after the call, want %v", p, ok, allow)
-				}
-			}
-			// Outside the workspace, and the owner's own files: untouched.
-			if st, _ := lstat(t, "/etc/passwd"); st != passwd {
-				t.Errorf("/etc/passwd changed: %+v, was %+v", st, passwd)
-			}
-			if st, _ := lstat(t, filepath.Join(host, "suid")); st != hostSuid || st.mode&unix.S_ISUID == 0 {
-				t.Errorf("the host's setuid file behind a symlink changed: %o", st.mode)
-			}
-			if st, ok := lstat(t, filepath.Join(host, "fifo")); !ok || st.mode&unix.S_IFMT != unix.S_IFIFO {
-				t.Error("the host's FIFO behind a symlink was removed")
-			}
-			if st, _ := lstat(t, filepath.Join(ws, "old-suid")); st.mode&unix.S_ISUID == 0 {
-				t.Error("the owner's setuid file from before the call lost its bit")
-			}
-			if _, ok := lstat(t, filepath.Join(ws, "old-fifo")); !ok {
-				t.Error("the owner's FIFO from before the call was removed")
-			}
-
-			special := "removed"
-			if allow {
-				special = "kept (spec.filesystem.allowSpecialFiles)"
-			}
-			want := map[string]event.Leftover{
-				"result.csv":    {Path: "result.csv", Kind: "fifo", Action: special},
-				"sock":          {Path: "sock", Kind: "socket", Action: special},
-				"deep/a/b/pipe": {Path: "deep/a/b/pipe", Kind: "fifo", Action: special},
-			}
-			tl := bermbin.Timeline(t, state, "leftovers")
-			rec := tl.Call.Record
-			if rec == nil {
-				t.Fatal("no record")
-			}
-			got := map[string]event.Leftover{}
-			for _, lo := range rec.Leftovers {
-				got[lo.Path] = lo
-			}
-			if len(got) != len(want) || rec.LeftoversTruncated {
-				t.Errorf("record's leftovers %+v (truncated %v), want %d", rec.Leftovers, rec.LeftoversTruncated, len(want))
-			}
-			for p, w := range want {
-				if got[p] != w {
-					t.Errorf("leftover %s: %+v, want %+v", p, got[p], w)
-				}
-			}
-			denied := map[string]bool{}
-			for _, e := range tl.Events {
-				if e.Denial != nil && e.Denial.Layer == "leftovers" {
-					denied[strings.TrimPrefix(e.Denial.Object, ws+"/")] = true
-				}
-			}
-			for p, w := range want {
-				if denied[p] != (w.Action != "kept (spec.filesystem.allowSpecialFiles)") {
-					t.Errorf("leftover %s: denial event %v (action %s)", p, denied[p], w.Action)
-				}
-			}
-		})
-	}
 }
 
 func mustRun(t *testing.T, name string, args ...string) {

@@ -575,8 +575,6 @@ func (l *launch) finish(d *delivery) agent.Result {
 		}
 	}
 	copiers.Wait()
-	// Every process of the call is gone: what it left in the workspace stays as it is now.
-	res.Leftovers, res.LeftoversTruncated = l.quota.leftovers(l.call, spec.Workspace)
 	ev := l.cg.Events()
 	stats := l.cg.Stats()
 	res.CPUTimeNs, res.PeakMemory, res.OutputBytes = stats.CPUTimeNs, stats.PeakMemory, l.output.Load()

@@ -17,6 +17,9 @@ out=.bench/results.md
   # launches (interleaved with bare exec and bwrap) and their per-phase breakdown in ≈20 s.
   go run ./testenv/bench/launch --bin bin
   echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
+  # A call in an empty workspace against one of 1,000,000 files, through bermd and embedded
+  # (issue 29); the files are made once (≈1 min) and kept in $TMPDIR/berm-bench-bigworkspace.
+  echo; go run ./testenv/bench/bigworkspace --bin bin
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15);
   # secrets: the output redactor and the trail scrub of the credential surface (issue 13).

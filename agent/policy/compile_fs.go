@@ -17,12 +17,16 @@ import (
 // Landlock rights each kind of grant gives (before masking to the ABI). Write includes read
 // (a tree one may write but not read back is not a use case) and refer, so files can move
 // within and between writable trees; Landlock still refuses any move that would widen rights.
+// Write makes no special file: FIFOs and unix sockets bound to a path are refused when they
+// are made (Landlock's make_fifo and make_sock), unless spec.filesystem.allowSpecialFiles adds
+// specialAccess; device nodes (make_char, make_block) are never granted. Nothing is left for
+// a walk of the workspace after the call to find.
 const (
 	readAccess  = landlock.ReadFile | landlock.ReadDir
 	execAccess  = landlock.Execute | landlock.ReadFile | landlock.ReadDir
 	writeAccess = readAccess | landlock.WriteFile | landlock.RemoveDir | landlock.RemoveFile |
-		landlock.MakeDir | landlock.MakeReg | landlock.MakeSock | landlock.MakeFifo | landlock.MakeSym |
-		landlock.Refer | landlock.Truncate
+		landlock.MakeDir | landlock.MakeReg | landlock.MakeSym | landlock.Refer | landlock.Truncate
+	specialAccess = landlock.MakeSock | landlock.MakeFifo
 )
 
 // grant is a canonical path and its rights, with where it came from.
@@ -104,11 +108,15 @@ func (p *Policy) compileFilesystem(c *Compiled, env CompileEnv) Errors {
 
 	var grants []grant
 	fsp := p.Spec.Filesystem
+	write := uint64(writeAccess)
+	if fsp.AllowSpecialFiles {
+		write |= specialAccess
+	}
 	for _, k := range []struct {
 		name   string
 		paths  []string
 		access uint64
-	}{{"read", fsp.Read, readAccess}, {"write", fsp.Write, writeAccess}, {"exec", fsp.Exec, execAccess}} {
+	}{{"read", fsp.Read, readAccess}, {"write", fsp.Write, write}, {"exec", fsp.Exec, execAccess}} {
 		for i, s := range k.paths {
 			field := fmt.Sprintf("spec.filesystem.%s[%d]", k.name, i)
 			canon, ok := resolve(field, s)

@@ -183,11 +183,15 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
 			return nil
 		}
+		rule := p.fsRule(path, need)
+		if need&specialRights != 0 {
+			rule = specialRule(need) // no tree grants it: the special file is what is refused
+		}
 		if audit {
-			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: p.fsRule(path, need), Object: path, Audit: true}
+			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path, Audit: true}
 		}
 		if denied(ret) {
-			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: p.fsRule(path, need), Object: path}
+			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path}
 		}
 		return nil
 	}
@@ -198,6 +202,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 	case ev.Open != nil:
 		if !audit && ev.Open.Result >= 0 {
 			return nil
+		}
+		if d := p.openSetidDenial(ev.Open); d != nil {
+			return d
 		}
 		// The kernel's path of what was opened, or of the directory a relative path was
 		// resolved against (after a chdir, not the workspace): no guess from the workspace.
@@ -239,6 +246,9 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if d := p.noexecDenial(sc); d != nil {
 			return d
 		}
+		if sc.Name == "bind" {
+			return p.bindDenial(sc)
+		}
 		// Raw and packet sockets are refused by the capability check before any cgroup hook
 		// runs (the call has no CAP_NET_RAW): name that refusal here.
 		if sc.Name == "socket" && (denied(sc.Result) || audit) {
@@ -269,6 +279,12 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		}
 		if sc.Name == "unlinkat" && sc.Args[2]&unix.AT_REMOVEDIR != 0 {
 			need = landlock.RemoveDir
+		}
+		switch sc.Name {
+		case "mknod":
+			need = mknodNeed(sc.Args[1])
+		case "mknodat":
+			need = mknodNeed(sc.Args[2])
 		}
 		return fs(path, need, sc.Result)
 	}

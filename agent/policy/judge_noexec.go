@@ -34,7 +34,7 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 	}
 	if mode, ok := chmodMode(sc); ok && mode&(unix.S_ISUID|unix.S_ISGID) != 0 && sc.Result == -int64(unix.EPERM) {
 		path, dirfd := sc.Path, int32(unix.AT_FDCWD)
-		if strings.HasPrefix(sc.Name, "fchmodat") {
+		if strings.HasPrefix(sc.Name, "fchmodat") || sc.Name == "mknodat" || sc.Name == "mkdirat" {
 			dirfd = int32(sc.Args[0])
 		}
 		if abs, ok := p.resolve(sc.Path, dirfd); ok {
@@ -71,12 +71,13 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 	return nil
 }
 
-// chmodMode is the mode a chmod-family call asks for.
+// chmodMode is the mode a chmod-family call asks for, or a mknod or mkdir gives what it makes
+// (the launcher's set-id filter refuses all of them with S_ISUID or S_ISGID).
 func chmodMode(sc *event.Syscall) (uint64, bool) {
 	switch sc.Name {
-	case "chmod", "fchmod":
+	case "chmod", "fchmod", "mknod", "mkdir":
 		return sc.Args[1], true
-	case "fchmodat", "fchmodat2":
+	case "fchmodat", "fchmodat2", "mknodat", "mkdirat":
 		return sc.Args[2], true
 	}
 	return 0, false

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +38,11 @@ type resolver struct {
 // canonical is path with its symlinks resolved, the directory's when the path itself does
 // not resolve (a file not there), or path itself.
 func (r *resolver) canonical(path string) string {
+	// The call's /proc is its own: resolved here, /proc/self/fd/3 would name the agent's own
+	// descriptor (a file of the host's), not the tool's.
+	if path == "/proc" || strings.HasPrefix(path, "/proc/") {
+		return path
+	}
 	if canon, ok := r.paths[path]; ok {
 		return canon
 	}

@@ -108,9 +108,10 @@ type Filesystem struct {
 	Write []string
 	Exec  []string
 	Deny  []string
-	// AllowSpecialFiles lets FIFOs, sockets and device nodes the call leaves in its workspace
-	// stay there; by default they are removed after the call (a FIFO left under a result
-	// file's name would block a host reader forever).
+	// AllowSpecialFiles lets the call make FIFOs and unix sockets bound to a path in its
+	// writable trees (Landlock's make_fifo and make_sock rights). By default both are refused
+	// when they are made, each refusal a Landlock denial: a FIFO left under a result file's
+	// name would block a host reader forever. Device nodes are refused either way.
 	AllowSpecialFiles bool
 }
 

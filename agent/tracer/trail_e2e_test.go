@@ -64,7 +64,7 @@ t.start()
 fd = libc.open(buf, os.O_RDONLY)
 t.join()
 print(fd, buf.value.decode())
-`)
+`, "--policy", specialFilesPolicy(t))
 	if !strings.HasSuffix(strings.TrimSpace(out), " zzz") || strings.HasPrefix(out, "-1") {
 		t.Fatalf("the tool did not open the FIFO with a rewritten buffer: %q", out)
 	}
@@ -113,7 +113,7 @@ t.start()
 r = libc.connect(c.fileno(), sa, 2 + 9 + 1)
 t.join()
 print(r, sa.raw[2:11].decode())
-`)
+`, "--policy", specialFilesPolicy(t))
 	if strings.TrimSpace(out) != "0 fake.sock" {
 		t.Fatalf("the tool did not connect with a rewritten sockaddr: %q", out)
 	}
@@ -191,6 +191,22 @@ print(r, port, socket.inet_ntoa(addr2), port2)
 	}
 }
 
+// specialFilesPolicy lets the tool make FIFOs and unix sockets in its workspace (refused by
+// the strict policy when made).
+func specialFilesPolicy(t *testing.T) string {
+	t.Helper()
+	pol := filepath.Join(t.TempDir(), "special.yaml")
+	if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: special-files}
+spec:
+  filesystem: {allowSpecialFiles: true}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
 // loopbackPolicy lets the tool reach 127.0.0.1 on the host's network.
 func loopbackPolicy(t *testing.T) string {
 	t.Helper()
@@ -200,6 +216,7 @@ kind: ToolPolicy
 metadata: {name: loopback}
 spec:
   isolation: {network: host-filtered}
+  filesystem: {allowSpecialFiles: true} # the tools bind unix sockets in the workspace
   network:
     egress:
       - {cidr: 127.0.0.1/32, ports: [1-65535]}
@@ -328,7 +345,7 @@ assert libc.renameat2(-100, b"report.csv", -100, b"other", 2) == 0  # RENAME_EXC
 os.link("other", "hard")
 os.symlink("other", "soft")
 os.mkfifo("pipe")
-`)
+`, "--policy", specialFilesPolicy(t))
 	type want struct {
 		name, path, path2 string
 		source            string
