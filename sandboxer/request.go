@@ -1,6 +1,7 @@
 package sandboxer
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/bermsec/berm/sandboxer/approval"
@@ -57,8 +58,12 @@ func FromRequest(req *callproto.Request) (Spec, error) {
 			return Spec{}, err
 		}
 	}
+	if err := callproto.ValidTraceParent(req.TraceParent); err != nil {
+		return Spec{}, fmt.Errorf("--traceparent: %w", err)
+	}
 	return Spec{
-		CallID: req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
+		TraceParent: req.TraceParent,
+		CallID:      req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
 		Env: req.Env, Limits: lim, Policy: pol, PolicyFile: req.PolicyFile,
 		Traced: req.Traced, Terminal: req.Terminal, DNSUpstream: req.DNSUpstream,
 	}, nil

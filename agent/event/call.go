@@ -42,6 +42,9 @@ type CallStart struct {
 	// blocked).
 	Mode        string `json:"mode,omitempty"`
 	LandlockABI int    `json:"landlock_abi,omitempty"` // the Landlock ABI enforced, when the landlock layer is active
+	// TraceParent is the W3C traceparent of the caller's span (berm run --traceparent, an MCP
+	// request's _meta.traceparent): the call's OpenTelemetry span is its child. Empty: none.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Limits are the resource caps a call ran under.

@@ -50,6 +50,9 @@ type Request struct {
 	// DNSUpstream is where the call's allowed DNS queries go (berm run --dns-upstream);
 	// empty: bermd's --dns-upstream, else the host's resolv.conf.
 	DNSUpstream string `json:"dns_upstream,omitempty"`
+	// TraceParent is the caller's W3C trace context (berm run --traceparent): the call's
+	// span is exported as a child of it. Checked with ValidTraceParent.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and
