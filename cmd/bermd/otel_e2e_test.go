@@ -107,8 +107,11 @@ func TestDaemonExportsEachCallAsAnOTLPSpan(t *testing.T) {
 	if !logged {
 		t.Errorf("no log record for the alert: %+v", logs)
 	}
-	if v := d.metric(t, "berm_otlp_exported_total"); v < 3 {
-		t.Errorf("berm_otlp_exported_total = %v, want at least 3 (2 spans, 1 log)", v)
+	if v := d.metric(t, `berm_otlp_exported_total{signal="spans"}`); v != 2 {
+		t.Errorf("berm_otlp_exported_total{spans} = %v, want 2", v)
+	}
+	if v := d.metric(t, `berm_otlp_exported_total{signal="logs"}`); v < 1 {
+		t.Errorf("berm_otlp_exported_total{logs} = %v, want the alert's", v)
 	}
 }
 

@@ -239,3 +239,69 @@ func TestNewRefusesABadEndpointOrProtocol(t *testing.T) {
 		}
 	}
 }
+
+// A tool names what it likes: a path with bytes that are not UTF-8, a terminal escape and a bidi
+// override reaches the collector as printable text, and its neighbour in the batch too.
+func TestAHostileObjectNameDoesNotCostItsBatch(t *testing.T) {
+	c := otelcol.ForTest(t)
+	n := newNode(t)
+	stop, _ := n.run(Config{Endpoint: c.GRPC})
+	defer stop()
+	s := n.start("hostile", "")
+	ev := event.Event{CallID: s.CallID, CallKey: s.CallKey, Tool: s.Tool, Tenant: s.Tenant, Seq: 1, Time: n.t0, Kind: event.KindDenial,
+		Denial: &event.Denial{Layer: "landlock", Surface: "isolation", Rule: "fs", Object: "/tmp/\xff\xfe\x1b[2J\u202egpj.exe"}}
+	if err := n.w.AppendEvents([]event.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	n.end(s)
+	n.call("neighbour")
+	spans := waitSpans(t, c, 2)
+	for _, s := range spans {
+		if id, _ := s.Attributes.Get("gen_ai.tool.call.id"); id == "hostile" {
+			obj, _ := s.Events[0].Attributes.Get("berm.object")
+			// The journal's JSON made the bytes U+FFFD; the escape and the bidi override are
+			// written as escapes, so no viewer's terminal acts on them.
+			if want := "/tmp/\ufffd\ufffd" + `\x1b[2J\u202egpj.exe`; obj != want {
+				t.Errorf("object %q, want %q", obj, want)
+			}
+		}
+	}
+}
+
+func TestBothTransportsDeliverTheSpanAndTheAlertsLogRecord(t *testing.T) {
+	c := otelcol.ForTest(t)
+	for _, tc := range []struct{ protocol, endpoint string }{{ProtocolGRPC, c.GRPC}, {ProtocolHTTP, c.HTTP}} {
+		t.Run(tc.protocol, func(t *testing.T) {
+			before, beforeLogs, _ := c.Read()
+			n := newNode(t)
+			stop, _ := n.run(Config{Endpoint: tc.endpoint, Protocol: tc.protocol})
+			defer stop()
+			s := n.start("alerting-"+strings.ReplaceAll(tc.protocol, "/", "-"), "")
+			ev := event.Event{CallID: s.CallID, CallKey: s.CallKey, Tool: s.Tool, Tenant: s.Tenant, Seq: 1, Time: n.t0, Kind: event.KindAlert,
+				Alert: &event.Alert{RuleID: "credential-system-files", Title: "read of a credential file", Severity: "high", Surface: "credential", Technique: []string{"T1003.008"}, Output: "cat read /etc/shadow"}}
+			if err := n.w.AppendEvents([]event.Event{ev}); err != nil {
+				t.Fatal(err)
+			}
+			n.end(s)
+			spans := waitSpans(t, c, len(before)+1)
+			_, logs, _ := c.Read()
+			for deadline := time.Now().Add(time.Minute); len(logs) < len(beforeLogs)+1; {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log record for the alert\n%s", c.Log())
+				}
+				time.Sleep(50 * time.Millisecond)
+				_, logs, _ = c.Read()
+			}
+			sp, l := spans[len(spans)-1], logs[len(logs)-1]
+			if id, _ := sp.Attributes.Get("gen_ai.tool.call.id"); id != s.CallID || len(sp.Events) != 1 || sp.Events[0].Name != "berm.alert" {
+				t.Errorf("span %+v", sp)
+			}
+			if r, _ := l.Attributes.Get("berm.alert.rule_id"); r != "credential-system-files" || l.SeverityText != "high" || l.SeverityNumber != 17 || l.TraceID != sp.TraceID || l.SpanID != sp.SpanID {
+				t.Errorf("log record %+v, span %s/%s", l, sp.TraceID, sp.SpanID)
+			}
+			if tech, _ := l.Attributes.Get("berm.alert.technique"); tech != "[T1003.008]" {
+				t.Errorf("technique %q", tech)
+			}
+		})
+	}
+}
