@@ -58,7 +58,7 @@ func FromRequest(req *callproto.Request) (Spec, error) {
 			return Spec{}, err
 		}
 	}
-	if err := callproto.ValidTraceParent(req.TraceParent); err != nil {
+	if err := event.ValidTraceParent(req.TraceParent); err != nil {
 		return Spec{}, fmt.Errorf("--traceparent: %w", err)
 	}
 	return Spec{

@@ -14,7 +14,6 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/bermsec/berm/agent/event"
-	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 // OperationName is gen_ai.operation.name of a call's span.
@@ -33,7 +32,7 @@ const maxString = 4096
 func IDs(s *event.CallStart) (traceID, spanID, parentID []byte, flags uint32) {
 	h := sha256.Sum256([]byte("berm span\x00" + s.Key()))
 	spanID = h[:8]
-	if tid, psid, f, err := callproto.ParseTraceParent(s.TraceParent); err == nil {
+	if tid, psid, f, err := event.ParseTraceParent(s.TraceParent); err == nil {
 		return tid[:], spanID, psid[:], uint32(f) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
 	}
 	t := sha256.Sum256([]byte("berm trace\x00" + s.Key()))

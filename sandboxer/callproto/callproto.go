@@ -51,7 +51,7 @@ type Request struct {
 	// empty: bermd's --dns-upstream, else the host's resolv.conf.
 	DNSUpstream string `json:"dns_upstream,omitempty"`
 	// TraceParent is the caller's W3C trace context (berm run --traceparent): the call's
-	// span is exported as a child of it. Checked with ValidTraceParent.
+	// span is exported as a child of it. Checked with event.ValidTraceParent.
 	TraceParent string `json:"traceparent,omitempty"`
 }
 

@@ -165,7 +165,7 @@ func parseFor(args []string, c Caller) (*Options, error) {
 		fmt.Fprintf(c.Stderr, "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got %q\n", o.Daemon)
 		return nil, flag.ErrHelp
 	}
-	if err := callproto.ValidTraceParent(r.TraceParent); err != nil {
+	if err := event.ValidTraceParent(r.TraceParent); err != nil {
 		fmt.Fprintf(c.Stderr, "berm run: --traceparent: %v\n", err)
 		return nil, flag.ErrHelp
 	}

@@ -1,4 +1,4 @@
-package callproto
+package event
 
 import (
 	"encoding/hex"
