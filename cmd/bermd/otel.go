@@ -22,6 +22,9 @@ var (
 // exported again after a restart, with the same ids) and closes its connection.
 func startOTLP(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir string) (stop func(), err error) {
 	if *otlpEndpoint == "" {
+		if *otlpProtocol != otel.ProtocolGRPC {
+			return nil, fmt.Errorf("--otlp-protocol needs --otlp-endpoint")
+		}
 		return func() {}, nil
 	}
 	host, _ := os.Hostname()
