@@ -257,6 +257,9 @@ func (x *Exporter) follow(ctx context.Context, from cursor, q chan<- item) error
 			}
 			x.opened(opens, s.Key(), rec.Pos).call = s
 		case journal.TypeEvents:
+			if !carriesSpanEvents(rec.Payload) {
+				return nil
+			}
 			batch, err := journal.DecodeEvents(rec.Payload)
 			if err != nil {
 				x.log.Warn("otlp: undecodable journal record skipped", "pos", rec.Pos.String(), "err", err)
@@ -320,6 +323,21 @@ func (x *Exporter) follow(ctx context.Context, from cursor, q chan<- item) error
 		return fmt.Errorf("otlp: read journal: %w", err)
 	}
 	return nil
+}
+
+// spanEventKinds are the kinds of the events a span carries, as the journal's JSON writes them.
+var spanEventKinds = [][]byte{[]byte(`"kind":"denial"`), []byte(`"kind":"alert"`), []byte(`"kind":"approval"`)}
+
+// carriesSpanEvents says whether a journal record of events may hold one a span carries: one
+// that holds none (execs, opens, connects only) is not decoded. A tool's string cannot hide a
+// real event's kind: inside a JSON string the quotes are escaped, so a real kind always matches.
+func carriesSpanEvents(p []byte) bool {
+	for _, k := range spanEventKinds {
+		if bytes.Contains(p, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // opened is the open call keyed key, begun at pos when it is new. Past the bound on open calls

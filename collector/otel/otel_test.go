@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -303,5 +304,32 @@ func TestBothTransportsDeliverTheSpanAndTheAlertsLogRecord(t *testing.T) {
 				t.Errorf("technique %q", tech)
 			}
 		})
+	}
+}
+
+func TestDenialsAlertsAndApprovalsBecomeSpanEventsAndNothingElseDoes(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		e    event.Event
+		name string // "" : not a span event
+	}{
+		{event.Event{Kind: event.KindDenial, Denial: &event.Denial{Layer: "landlock", Object: "/etc/shadow"}}, "berm.denial"},
+		{event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "r", Severity: "low"}}, "berm.alert"},
+		{event.Event{Kind: event.KindApproval, Approval: &event.Approval{Outcome: "approved", ID: "a1", Action: "unlink", Object: "/w/f", By: "alice"}}, "berm.approval"},
+		{event.Event{Kind: event.KindOpen, Open: &event.Open{Path: `/tmp/"kind":"x"`}}, ""},
+		{event.Event{Kind: event.KindExec, Exec: &event.Exec{Filename: "/bin/sh"}}, ""},
+	} {
+		tc.e.Time, tc.e.Seq = now, 7
+		se, ok := SpanEvent(&tc.e)
+		if (tc.name != "") != ok || (ok && se.Name != tc.name) {
+			t.Errorf("%s: span event %v %v, want %q", tc.e.Kind, ok, se, tc.name)
+		}
+		raw, err := json.Marshal([]event.Event{tc.e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.name != "" && !carriesSpanEvents(raw) {
+			t.Errorf("%s: the journal record is skipped undecoded", tc.e.Kind)
+		}
 	}
 }
