@@ -2,6 +2,7 @@ package sandboxer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/bermsec/berm/sandboxer/approval"
@@ -61,8 +62,12 @@ func FromRequest(req *callproto.Request) (Spec, error) {
 	if len(req.MCPSession) > 256 || len(req.MCPRequestID) > 256 {
 		return Spec{}, errors.New("mcp session or request id: more than 256 bytes")
 	}
+	if err := event.ValidTraceParent(req.TraceParent); err != nil {
+		return Spec{}, fmt.Errorf("--traceparent: %w", err)
+	}
 	return Spec{
-		CallID: req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
+		TraceParent: req.TraceParent,
+		CallID:      req.CallID, Tool: req.Tool, Tenant: req.Tenant, Argv: req.Argv, Workspace: req.Workspace,
 		Env: req.Env, Limits: lim, Policy: pol, PolicyFile: req.PolicyFile,
 		Traced: req.Traced, Terminal: req.Terminal, DNSUpstream: req.DNSUpstream,
 		MCPSession: req.MCPSession, MCPRequestID: req.MCPRequestID,

@@ -71,6 +71,8 @@ type Spec struct {
 	CheckWorkspace func(fd int) error
 	// MCPSession and MCPRequestID: the MCP tools/call the call serves (berm mcp serve).
 	MCPSession, MCPRequestID string
+	// TraceParent is the caller's W3C trace context, recorded in the CallStart (empty: none).
+	TraceParent string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -312,7 +314,7 @@ func callStart(spec Spec, env *callEnv, sb *sandbox) event.CallStart {
 	return event.CallStart{
 		CallID: spec.CallID, Tool: spec.Tool, Tenant: spec.Tenant, Argv: spec.Argv,
 		Policy: env.compiled.Name, PolicyHash: env.hash, Mode: string(env.compiled.Mode), Start: time.Now(), CgroupID: sb.cg.ID,
-		Node: host, Layers: layers, LandlockABI: abi,
+		Node: host, Layers: layers, LandlockABI: abi, TraceParent: spec.TraceParent,
 		MCPSession: spec.MCPSession, MCPRequestID: spec.MCPRequestID,
 	}
 }

@@ -44,6 +44,9 @@ type CallStart struct {
 	LandlockABI  int    `json:"landlock_abi,omitempty"`   // the Landlock ABI enforced, when the landlock layer is active
 	MCPSession   string `json:"mcp_session,omitempty"`    // the MCP session the call serves (berm mcp serve's tools/call)
 	MCPRequestID string `json:"mcp_request_id,omitempty"` // the JSON-RPC id of that tools/call, as its JSON text
+	// TraceParent is the W3C traceparent of the caller's span (berm run --traceparent, an MCP
+	// request's _meta.traceparent): the call's OpenTelemetry span is its child. Empty: none.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Limits are the resource caps a call ran under.

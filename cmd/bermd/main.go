@@ -239,6 +239,11 @@ func run(log *slog.Logger, o options) error {
 	if err := startAlertWebhook(ctx, log, reg, o.stateDir); err != nil {
 		return err
 	}
+	stopOTLP, err := startOTLP(ctx, log, reg, o.stateDir)
+	if err != nil {
+		return err
+	}
+	defer stopOTLP()
 	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
 	phases := daemon.NewPhaseMetrics(reg)
 	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {

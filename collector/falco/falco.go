@@ -263,61 +263,48 @@ func (r *Router) Run(ctx context.Context) error {
 }
 
 func (r *Router) follow(ctx context.Context, from cursor, q chan<- item) error {
-	dir := filepath.Join(r.cfg.StateDir, "journal")
-	pos, skip := from.Pos, from.Done
-	for {
-		res, err := journal.Scan(dir, pos, func(rec journal.Record) error {
-			if rec.Type != journal.TypeEvents {
-				return nil
-			}
-			batch, err := journal.DecodeEvents(rec.Payload)
-			if err != nil {
-				r.log.Warn("alert webhook: undecodable journal record skipped", "pos", rec.Pos.String(), "err", err)
-				return nil
-			}
-			var alerts []*event.Event
-			for i := range batch {
-				if batch[i].Kind == event.KindAlert && batch[i].Alert != nil {
-					alerts = append(alerts, &batch[i])
-				}
-			}
-			for i, e := range alerts {
-				if rec.Pos == pos && i < skip {
-					continue
-				}
-				at := cursor{Pos: rec.Pos, Done: i + 1}
-				if i == len(alerts)-1 {
-					at = cursor{Pos: rec.Next}
-				}
-				p := FromAlert(e, r.cfg.Hostname)
-				raw, err := json.Marshal(p)
-				if err != nil {
-					return fmt.Errorf("alert webhook: encode %s: %w", e.ID(), err)
-				}
-				r.m.queued.Inc()
-				select {
-				case q <- item{p: p, at: at, raw: raw}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			return nil
-		})
-		if ctx.Err() != nil {
+	err := journal.Follow(ctx, filepath.Join(r.cfg.StateDir, "journal"), from.Pos, r.cfg.Poll, func(rec journal.Record) error {
+		if rec.Type != journal.TypeEvents {
 			return nil
 		}
+		batch, err := journal.DecodeEvents(rec.Payload)
 		if err != nil {
-			return fmt.Errorf("alert webhook: read journal: %w", err)
-		}
-		if res.End != pos {
-			pos, skip = res.End, 0
-		}
-		select {
-		case <-ctx.Done():
+			r.log.Warn("alert webhook: undecodable journal record skipped", "pos", rec.Pos.String(), "err", err)
 			return nil
-		case <-time.After(r.cfg.Poll):
 		}
+		var alerts []*event.Event
+		for i := range batch {
+			if batch[i].Kind == event.KindAlert && batch[i].Alert != nil {
+				alerts = append(alerts, &batch[i])
+			}
+		}
+		for i, e := range alerts {
+			// The cursor's record: its first Done alerts were delivered before.
+			if rec.Pos == from.Pos && i < from.Done {
+				continue
+			}
+			at := cursor{Pos: rec.Pos, Done: i + 1}
+			if i == len(alerts)-1 {
+				at = cursor{Pos: rec.Next}
+			}
+			p := FromAlert(e, r.cfg.Hostname)
+			raw, err := json.Marshal(p)
+			if err != nil {
+				return fmt.Errorf("alert webhook: encode %s: %w", e.ID(), err)
+			}
+			r.m.queued.Inc()
+			select {
+			case q <- item{p: p, at: at, raw: raw}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("alert webhook: read journal: %w", err)
 	}
+	return nil
 }
 
 // deliver POSTs one alert, again with backoff while the receiver fails, until it is taken,

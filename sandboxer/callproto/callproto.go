@@ -59,6 +59,9 @@ type Request struct {
 	// its session and JSON-RPC id, kept in the call's record.
 	MCPSession   string `json:"mcp_session,omitempty"`
 	MCPRequestID string `json:"mcp_request_id,omitempty"`
+	// TraceParent is the caller's W3C trace context (berm run --traceparent): the call's
+	// span is exported as a child of it. Checked with event.ValidTraceParent.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Terminal is how a call uses its pty. The tool gets the pty's other end as stdin and

@@ -170,6 +170,7 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&o.ApprovalWebhook, "approval-webhook", "", "POST each approval request to this URL, signed (embedded agent only; bermd has --approval-webhook)")
 	fs.StringVar(&o.ApprovalWebhookSecret, "approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	fs.StringVar(&r.DNSUpstream, "dns-upstream", "", "DNS server the call's allowed queries go to, ADDR or ADDR:PORT (default: bermd's --dns-upstream, else the host's resolv.conf)")
+	fs.StringVar(&r.TraceParent, "traceparent", "", "the caller's W3C trace context (00-TRACEID-SPANID-FLAGS): the call's OpenTelemetry span is its child")
 	// The flag package would print its error and the whole usage, and the caller the error
 	// again: one line for a bad flag, the usage only when asked for.
 	fs.SetOutput(io.Discard)
@@ -197,6 +198,10 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	})
 	if !validDaemon(o.Daemon) {
 		fmt.Fprintf(c.Stderr, "berm run: --daemon (or BERM_DAEMON): expected auto, running, never or required, got %q\n", o.Daemon)
+		return nil, flag.ErrHelp
+	}
+	if err := event.ValidTraceParent(r.TraceParent); err != nil {
+		fmt.Fprintf(c.Stderr, "berm run: --traceparent: %v\n", err)
 		return nil, flag.ErrHelp
 	}
 	if r.CallID == "" {
