@@ -28,7 +28,7 @@ func (p *Policy) Dropped() []string {
 		}
 	}
 	if q.Filesystem.AllowSpecialFiles && !s.Filesystem.AllowSpecialFiles {
-		add("spec.filesystem.allowSpecialFiles keeps FIFOs, sockets and devices the call leaves (strict removes them)")
+		add("spec.filesystem.allowSpecialFiles lets the tool make FIFOs and unix sockets in its writable trees (strict refuses them when made)")
 	}
 	if len(q.Syscalls.Allow) == 0 {
 		for _, d := range s.Syscalls.Deny {

@@ -21,6 +21,8 @@ const wedgePolicy = `apiVersion: berm.dev/v1alpha1
 kind: ToolPolicy
 metadata: {name: approvals-wedge}
 spec:
+  # The tool makes FIFOs to try to wedge the supervisor: strict refuses them when made.
+  filesystem: {allowSpecialFiles: true}
   approvals:
     timeout: 2m
     rules:

@@ -43,7 +43,7 @@ r = b.run(["/bin/sh", "-c", "echo out; echo err >&2; exit 3"], socket_path=sock,
 check(r.exit_status == 3, "exit status %r" % r.exit_status)
 check(r.stdout == b"out\n" and r.stderr == b"err\n", "output %r %r" % (r.stdout, r.stderr))
 check(r.record["call_id"] == "py-1" and r.record["tenant"] == "default" and r.record["end_reason"] == "exit", "record %r" % r)
-check(r.version == b.PROTOCOL_VERSION, "reply version %r" % r.version)
+check(r.version.split(".")[0] == b.PROTOCOL_VERSION.split(".")[0], "reply version %r (a major other than the client's)" % r.version)
 
 big = 4 << 20
 r = b.run(["/bin/sh", "-c", "head -c %d /dev/zero | tr '\\0' a; head -c %d /dev/zero | tr '\\0' b >&2" % (big, big)], socket_path=sock)

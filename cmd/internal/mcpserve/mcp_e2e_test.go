@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -446,6 +447,8 @@ func TestProxyAnswersAHostileClient(t *testing.T) {
 	cmd := exec.Command(bermbin.Path(t, "berm-full"), "mcp", "proxy", "--socket", d.socket, "--daemon", "required", "--max-message", "65536", "--", server, "/")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +458,7 @@ func TestProxyAnswersAHostileClient(t *testing.T) {
 		t.Helper()
 		var m map[string]any
 		if err := lines.Decode(&m); err != nil {
-			t.Fatalf("proxy output: %v", err)
+			t.Fatalf("proxy output: %v; the proxy's stderr:\n%s", err, stderr.String())
 		}
 		return m
 	}
@@ -518,4 +521,22 @@ func TestServeRefusedCallIsAToolError(t *testing.T) {
 		t.Errorf("a refused call: %+v", r)
 	}
 	d.noCallLeft(t)
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
