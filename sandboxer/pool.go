@@ -156,15 +156,17 @@ func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID
 	if p == nil || p.Size <= 0 {
 		return nil
 	}
-	s, otherRoot, empty := p.claim(tenant, root, ownerUID, ownerGID)
+	s, otherRoot, hurry := p.claim(tenant, root, ownerUID, ownerGID)
 	switch {
 	case s == nil && otherRoot:
 		// The tenant's sandboxes were inside another root: the call runs cold, and the
 		// refill prepares its root for the next.
 		p.refillAfter(tenant)
-	case s == nil, empty:
-		// None was there (the target grew), or this was the last: the next call of a
-		// back-to-back run or a burst is already on its way, so the refill starts now.
+	case s == nil, hurry:
+		// None was there (the target grew), or this was the last of a tenant whose calls
+		// come faster than its floor: the next call of a back-to-back run or a burst is
+		// already on its way, so the refill starts now. A tenant at its floor refills after
+		// the call's reply instead (refillAfter), not competing with the call for the CPU.
 		p.refill(tenant)
 	}
 	return s
@@ -184,7 +186,7 @@ func nextTarget(target, size, claims int) int {
 	return max(target, size)
 }
 
-func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot, empty bool) {
+func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot, hurry bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.used[tenant] = time.Now()
@@ -205,7 +207,7 @@ func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGI
 		}
 		if alive, _ := cgroup.Populated(w.s.cg.V2); alive && time.Since(w.started) < p.MaxAge {
 			p.claims[tenant]++
-			return w.s, false, len(p.idle[tenant]) == 0
+			return w.s, false, len(p.idle[tenant]) == 0 && p.target[tenant] > p.Size
 		}
 		p.retire(w.s)
 	}
