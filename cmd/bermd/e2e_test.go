@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,43 +23,13 @@ type bermd struct {
 	state, socket, metrics string
 	cmd                    *exec.Cmd
 	log                    *bytes.Buffer
+	daemon                 *bermbin.Daemon
 }
 
 func startDaemon(t *testing.T, extra ...string) *bermd {
 	t.Helper()
-	bermbin.RequireRoot(t)
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	d := &bermd{state: filepath.Join(dir, "state"), socket: filepath.Join(dir, "bermd.sock"), metrics: addr, log: &bytes.Buffer{}}
-	args := append([]string{"--state-dir", d.state, "--socket", d.socket, "--metrics", addr, "--no-rules"}, extra...)
-	d.cmd = exec.Command(bermbin.Path(t, "bermd"), args...)
-	d.cmd.Stderr = d.log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.cmd.Process.Signal(os.Interrupt)
-		d.cmd.Wait()
-		if t.Failed() {
-			t.Logf("bermd log:\n%s", d.log)
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(d.socket); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bermd did not start:\n%s", d.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return d
+	b := bermbin.StartDaemon(t, append([]string{"--no-rules"}, extra...)...)
+	return &bermd{state: b.State, socket: b.Socket, metrics: b.Metrics, cmd: b.Cmd, log: b.Log, daemon: b}
 }
 
 // metric reads one value from bermd's /metrics.
@@ -92,16 +61,7 @@ func (d *bermd) run(t *testing.T, stdin string, args ...string) bermbin.Result {
 
 func (d *bermd) call(t *testing.T, id string) audit.Call {
 	t.Helper()
-	for _, c := range bermbin.Calls(t, d.state) {
-		if c.Start.CallID == id {
-			if c.Record == nil {
-				t.Fatalf("call %s has no record", id)
-			}
-			return c
-		}
-	}
-	t.Fatalf("call %s is not in bermd's journal", id)
-	return audit.Call{}
+	return d.daemon.Call(t, id)
 }
 
 // A call handed to bermd runs with the caller's stdio, in a sandbox started ahead of it, under

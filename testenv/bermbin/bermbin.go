@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,4 +197,64 @@ func Workspace(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return ws
+}
+
+// Daemon is a bermd started for one test: its own state directory, socket and metrics
+// address, its log kept (and printed when the test fails); stopped with SIGINT, and waited
+// for, when the test ends.
+type Daemon struct {
+	State, Socket, Metrics string
+	Cmd                    *exec.Cmd
+	Log                    *bytes.Buffer // bermd's stderr: read it once bermd has stopped
+}
+
+// StartDaemon starts bermd with its own state, socket and metrics address, and extra flags,
+// and waits (a minute at most) for its socket.
+func StartDaemon(t testing.TB, extra ...string) *Daemon {
+	t.Helper()
+	RequireRoot(t)
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d := &Daemon{State: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "bermd.sock"), Metrics: addr, Log: &bytes.Buffer{}}
+	args := append([]string{"--state-dir", d.State, "--socket", d.Socket, "--metrics", addr}, extra...)
+	d.Cmd = exec.Command(Path(t, "bermd"), args...)
+	d.Cmd.Stderr = d.Log
+	if err := d.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Cmd.Process.Signal(os.Interrupt)
+		d.Cmd.Wait()
+		if t.Failed() {
+			t.Logf("bermd log:\n%s", d.Log)
+		}
+	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(d.Socket); err == nil {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bermd did not start in a minute:\n%s", d.Log)
+		}
+	}
+}
+
+// Call is the ended call id of the daemon's journal, with its record.
+func (d *Daemon) Call(t testing.TB, id string) audit.Call {
+	t.Helper()
+	for _, c := range Calls(t, d.State) {
+		if c.Start.CallID == id {
+			if c.Record == nil {
+				t.Fatalf("call %s has no record", id)
+			}
+			return c
+		}
+	}
+	t.Fatalf("call %s is not in bermd's journal", id)
+	return audit.Call{}
 }

@@ -49,43 +49,14 @@ func need(t testing.TB, format string, args ...any) {
 
 // bermd is a bermd started for one test, with its own state and socket.
 type bermd struct {
+	*bermbin.Daemon
 	state, socket string
-	log           *bytes.Buffer
 }
 
 func startDaemon(t testing.TB) *bermd {
 	t.Helper()
-	bermbin.RequireRoot(t)
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	d := &bermd{state: filepath.Join(dir, "state"), socket: filepath.Join(dir, "bermd.sock"), log: &bytes.Buffer{}}
-	cmd := exec.Command(bermbin.Path(t, "bermd"), "--state-dir", d.state, "--socket", d.socket, "--metrics", addr, "--no-rules")
-	cmd.Stderr = d.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("bermd log:\n%s", d.log)
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(d.socket); err == nil {
-			return d
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bermd did not start:\n%s", d.log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b := bermbin.StartDaemon(t, "--no-rules")
+	return &bermd{Daemon: b, state: b.State, socket: b.Socket}
 }
 
 // noCallLeft checks that every call bermd began has its record and no call's cgroup is left.
@@ -164,20 +135,6 @@ func tsClient(t *testing.T, node string, spec map[string]any) clientOut {
 	return o
 }
 
-func (d *bermd) callByID(t *testing.T, id string) audit.Call {
-	t.Helper()
-	for _, c := range bermbin.Calls(t, d.state) {
-		if c.Start.CallID == id {
-			if c.Record == nil {
-				t.Fatalf("call %s has no record", id)
-			}
-			return c
-		}
-	}
-	t.Fatalf("call %s is not in bermd's journal", id)
-	return audit.Call{}
-}
-
 // berm mcp serve, driven by the official TypeScript client: each tools/call is a berm call
 // through bermd whose output, end and denials come back, and whose record names the MCP
 // session and request.
@@ -215,11 +172,11 @@ func TestServeRunsEachToolCallAsABermCall(t *testing.T) {
 	}
 	// The record names the MCP session and request (the client's ids count from 0: initialize
 	// 0, tools/list 1, the calls 2...).
-	rec := d.callByID(t, ok.StructuredContent["call_id"].(string))
+	rec := d.Call(t, ok.StructuredContent["call_id"].(string))
 	if rec.Start.MCPSession == "" || rec.Start.MCPRequestID != "2" || rec.Start.Tool != "mcp-run" {
 		t.Errorf("record: session %q request %q tool %q", rec.Start.MCPSession, rec.Start.MCPRequestID, rec.Start.Tool)
 	}
-	if r := d.callByID(t, shadow.StructuredContent["call_id"].(string)); r.Record.Denials["policy"]+r.Record.Denials["isolation"] == 0 && r.Record.Counts.Denial == 0 {
+	if r := d.Call(t, shadow.StructuredContent["call_id"].(string)); r.Record.Denials["policy"]+r.Record.Denials["isolation"] == 0 && r.Record.Counts.Denial == 0 {
 		t.Errorf("cat /etc/shadow: no denial in the record: %+v", r.Record.Denials)
 	}
 	d.noCallLeft(t)
@@ -260,7 +217,7 @@ func TestServeOverHTTPRunsCallsForTheTokensTenant(t *testing.T) {
 	if r.IsError || strings.TrimSpace(r.text()) != "acme" {
 		t.Fatalf("call over HTTP: %+v", r)
 	}
-	if c := d.callByID(t, r.StructuredContent["call_id"].(string)); c.Start.Tenant != "acme" || c.Start.MCPSession == "" || c.Start.MCPRequestID == "" {
+	if c := d.Call(t, r.StructuredContent["call_id"].(string)); c.Start.Tenant != "acme" || c.Start.MCPSession == "" || c.Start.MCPRequestID == "" {
 		t.Errorf("record: tenant %q session %q request %q", c.Start.Tenant, c.Start.MCPSession, c.Start.MCPRequestID)
 	}
 	b, _ := json.Marshal(map[string]any{"http": map[string]any{"url": "http://" + addr + "/", "token": "wrong-token-0123456789"}})
@@ -343,7 +300,7 @@ func TestProxyPutsTheFilesystemServerBehindBerm(t *testing.T) {
 				t.Errorf("no denial of /etc/shadow during the tools/call")
 			}
 			if perCall {
-				c := d.callByID(t, shadowStart.CallID)
+				c := d.Call(t, shadowStart.CallID)
 				if c.Start.MCPRequestID != shadowStart.MCP.RequestID || c.Record.Counts.Denial == 0 {
 					t.Errorf("--per-call: the tools/call's own record: request %q, denials %d", c.Start.MCPRequestID, c.Record.Counts.Denial)
 				}
