@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,25 +93,48 @@ func TestRedactArgsHidesSecretsAndCaps(t *testing.T) {
 	}
 }
 
-// The server's policy is the strict one with read and exec of its command added, and still
-// compiles; nothing else is loosened.
+// The server's policy is the operator's (strict by default) with read and exec of its command
+// added, and still compiles; nothing else is loosened and nothing of strict's lost: a policy
+// that leaves the lists to strict, or changes them with {add, remove}, keeps strict's.
 func TestServerPolicyAddsOnlyTheServersOwnPaths(t *testing.T) {
-	dir := t.TempDir()
-	p, err := serverPolicy("", []string{"/opt/srv/node_modules"}, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict := policy.Strict()
-	fs := pol.Spec.Filesystem
-	if len(fs.Read) != len(strict.Spec.Filesystem.Read)+1 || fs.Read[len(fs.Read)-1] != "/opt/srv/node_modules" ||
-		len(fs.Exec) != len(strict.Spec.Filesystem.Exec)+1 || len(fs.Write) != len(strict.Spec.Filesystem.Write) || len(fs.Deny) != len(strict.Spec.Filesystem.Deny) {
-		t.Errorf("policy: read %v exec %v write %v", fs.Read, fs.Exec, fs.Write)
-	}
-	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 || filepath.Dir(p) != dir {
-		t.Errorf("policy file %s: mode %v", p, st.Mode())
+	strict := policy.Strict().Spec.Filesystem
+	const head = "apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: op}\nspec:\n"
+	for _, tc := range []struct {
+		name, policy    string
+		read, exec      int // lengths expected, the server's path included
+		readEnds, write int
+	}{
+		{"the built-in strict policy", "", len(strict.Read) + 1, len(strict.Exec) + 1, 0, len(strict.Write)},
+		{"a policy that leaves the lists to strict", head + "  approvals: {rules: [{name: w, match: {write: \"${WORKSPACE}/g/**\"}}]}\n",
+			len(strict.Read) + 1, len(strict.Exec) + 1, 0, len(strict.Write)},
+		{"a policy that adds to strict's", head + "  filesystem:\n    read: {add: [/srv]}\n", len(strict.Read) + 2, len(strict.Exec) + 1, 0, len(strict.Write)},
+		{"a policy that writes its own lists", head + "  filesystem:\n    read: [/usr]\n    exec: [/usr]\n", 2, 2, 0, len(strict.Write)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := ""
+			if tc.policy != "" {
+				src = filepath.Join(dir, "op.yaml")
+				if err := os.WriteFile(src, []byte(tc.policy), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := serverPolicy(src, []string{"/opt/srv/node_modules"}, filepath.Join(dir, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol, err := policy.Load(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs := pol.Spec.Filesystem
+			if len(fs.Read) != tc.read || len(fs.Exec) != tc.exec || len(fs.Write) != tc.write || len(fs.Deny) != len(strict.Deny) ||
+				!slices.Contains(fs.Read, "/opt/srv/node_modules") || !slices.Contains(fs.Exec, "/opt/srv/node_modules") {
+				t.Errorf("policy: read %v exec %v write %v deny %d", fs.Read, fs.Exec, fs.Write, len(fs.Deny))
+			}
+			if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 || filepath.Dir(p) != filepath.Join(dir, "out") {
+				t.Errorf("policy file %s: mode %v", p, st.Mode())
+			}
+		})
 	}
 }

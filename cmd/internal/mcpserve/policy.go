@@ -55,9 +55,20 @@ func serverPolicy(policyFile string, extra []string, dir string) (string, error)
 	root := doc.Content[0]
 	fsNode := mapPath(root, "spec", "filesystem")
 	for _, key := range []string{"read", "exec"} {
-		seq := mapPath(fsNode, key)
+		// A list the policy writes out is appended to; one it leaves to strict, or changes
+		// with {add, remove}, gets the paths added to strict's (a list of them alone would
+		// replace strict's, and the server could read nothing else).
+		var seq *yaml.Node
+		switch written := lookup(fsNode, key); {
+		case written == nil:
+			seq = mapPath(fsNode, key, "add")
+		case written.Kind == yaml.MappingNode:
+			seq = mapPath(written, "add")
+		default:
+			seq = written
+		}
 		if seq.Kind != yaml.SequenceNode {
-			return "", fmt.Errorf("policy: spec.filesystem.%s is not a list", key)
+			return "", fmt.Errorf("policy: spec.filesystem.%s is neither a list nor {add: [...], remove: [...]}", key)
 		}
 		for _, p := range extra {
 			seq.Content = append(seq.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: p})
@@ -88,6 +99,16 @@ func serverPolicy(policyFile string, extra []string, dir string) (string, error)
 }
 
 // mapPath walks (creating) mapping keys.
+// lookup is n's value for key, nil when n has none.
+func lookup(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
 func mapPath(n *yaml.Node, keys ...string) *yaml.Node {
 	for _, k := range keys {
 		var next *yaml.Node
@@ -98,7 +119,7 @@ func mapPath(n *yaml.Node, keys ...string) *yaml.Node {
 		}
 		if next == nil {
 			next = &yaml.Node{Kind: yaml.MappingNode}
-			if k == "read" || k == "exec" {
+			if k == "add" || (k == "read" || k == "exec") && len(keys) == 1 {
 				next = &yaml.Node{Kind: yaml.SequenceNode}
 			}
 			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, next)
