@@ -1,7 +1,10 @@
 package mcpserve_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +121,44 @@ func TestProxyHoldsTheServersActionsForApproval(t *testing.T) {
 				t.Errorf("the trail's approval events of %s: %v, want a %s", id, outcomes, want)
 			}
 		})
+	}
+}
+
+// A credential brokered into the proxied server's sandbox stays there: the real filesystem
+// server reads it and answers with it, and what reaches the MCP client has it redacted (the
+// call's output redactor sees the server's stdout, the MCP stream, as it sees berm run's).
+func TestProxyRedactsTheServersBrokeredCredential(t *testing.T) {
+	node := nodeDir(t)
+	dir := t.TempDir()
+	d := bermbin.StartDaemon(t, "--no-rules")
+	b := make([]byte, 12)
+	rand.Read(b)
+	secret := "sk-proxy-" + hex.EncodeToString(b)
+	src := filepath.Join(dir, "secret")
+	if err := os.WriteFile(src, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: proxy-credential}
+spec:
+  credentials:
+    - {name: db, source: {file: %s}, deliver: {file: /run/secrets/db}}
+`, src)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	server := filepath.Join(node, "node_modules", ".bin", "mcp-server-filesystem")
+	o := tsClient(t, node, map[string]any{
+		"stdio": map[string]any{"command": bermbin.Path(t, "berm-full"), "args": []string{"mcp", "proxy", "--socket", d.Socket, "--daemon", "required",
+			"--policy", pol, "--", server, "/run/secrets"}},
+		"calls": []toolCall{{"read_text_file", map[string]any{"path": "/run/secrets/db"}}},
+	})
+	if len(o.Results) != 1 {
+		t.Fatalf("results: %+v", o.Results)
+	}
+	got := o.Results[0].text()
+	if strings.Contains(got, secret) || !strings.Contains(got, "[berm:redacted:db]") {
+		t.Fatalf("the server's answer as the client got it: %q (want the credential redacted)", got)
 	}
 }
