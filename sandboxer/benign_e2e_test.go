@@ -58,7 +58,7 @@ print(subprocess.run(["ls", "-a"], capture_output=True, check=True).returncode)'
 	state := t.TempDir()
 	for i, c := range tools {
 		t.Run(c.name, func(t *testing.T) {
-			id := fmt.Sprintf("benign-%d", i)
+			id := fmt.Sprintf("benign-corpus-%d", i)
 			r := bermbin.Berm(t, nil, "run", "--state-dir", state, "--daemon", "never", "--call-id", id, "--tool", "benign",
 				"--workspace", bermbin.Workspace(t), "--", "sh", "-c", c.script)
 			if r.Exit != 0 {

@@ -30,8 +30,8 @@ func TestEachBermdServesItsOwnApprovalSocket(t *testing.T) {
 	cli := approvalsAPI{cli: []string{"--dir", api, "--token", tokenFile}}
 	ws := wedgeWorkspace(t)
 	done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", first.socket, "--daemon", "required",
-		"--call-id", "first", "--workspace", ws, "--policy", pol, "--", "sh", "-c", "rm keep/x; echo rm=$?"))
-	cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "first" })
+		"--call-id", "socket-first", "--workspace", ws, "--policy", pol, "--", "sh", "-c", "rm keep/x; echo rm=$?"))
+	cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "socket-first" })
 
 	if socks, _ := filepath.Glob(filepath.Join(api, "*.sock")); len(socks) != 2 {
 		t.Errorf("approval sockets of two bermds: %v", socks)
@@ -40,7 +40,7 @@ func TestEachBermdServesItsOwnApprovalSocket(t *testing.T) {
 	if err := second.cmd.Wait(); err != nil {
 		t.Fatalf("the second bermd's exit: %v\n%s", err, second.log)
 	}
-	p := cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "first" })
+	p := cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "socket-first" })
 
 	// A third bermd on the first's control socket (its own state and no metrics) refuses.
 	third := exec.Command(bermbin.Path(t, "bermd"), append([]string{"--state-dir", filepath.Join(dir, "state3"), "--socket", first.socket,
@@ -66,7 +66,7 @@ func TestEachBermdServesItsOwnApprovalSocket(t *testing.T) {
 	if r := bermbin.Berm(t, nil, append([]string{"approve", p.ID, "--by", "alice"}, cli.cli...)...); r.Exit != 0 {
 		t.Fatalf("berm approve after the second bermd's exit: %s", r.Stderr)
 	}
-	if r := first.ended(t, "first", done); r.Exit != 0 || !strings.Contains(r.Stdout, "rm=0") {
+	if r := first.ended(t, "socket-first", done); r.Exit != 0 || !strings.Contains(r.Stdout, "rm=0") {
 		t.Fatalf("the first bermd's approved call: %+v", r)
 	}
 }

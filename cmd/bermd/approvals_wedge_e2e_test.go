@@ -345,12 +345,12 @@ func TestApprovalBermdRestartedWhileARequestIsHeld(t *testing.T) {
 		}
 	}
 	done = bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
-		"--call-id", "after", "--workspace", ws, "--policy", pol, "--", "sh", "-c", `rm keep/x; echo rm=$?`))
-	p := api.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "after" })
+		"--call-id", "wedge-after", "--workspace", ws, "--policy", pol, "--", "sh", "-c", `rm keep/x; echo rm=$?`))
+	p := api.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == "wedge-after" })
 	if r := bermbin.Berm(t, nil, append([]string{"approve", p.ID, "--by", "alice"}, api.cli...)...); r.Exit != 0 {
 		t.Fatalf("berm approve on the restarted bermd: %s", r.Stderr)
 	}
-	if r := d.ended(t, "after", done); !strings.Contains(r.Stdout, "rm=0") {
+	if r := d.ended(t, "wedge-after", done); !strings.Contains(r.Stdout, "rm=0") {
 		t.Fatalf("the approved delete on the restarted bermd: %+v", r)
 	}
 }

@@ -49,7 +49,7 @@ func TestDaemonPoolFollowsDemandWithinBounds(t *testing.T) {
 		t.Fatalf("after the burst %v sandboxes are warm: want default's 1 and hog's grown past 1, within its bound of 4", warm)
 	}
 	warm0, cold0 := d.metric(t, "berm_sandbox_launches_warm_total"), d.metric(t, "berm_sandbox_launches_cold_total")
-	if out, err := call("default", "neighbour").CombinedOutput(); err != nil {
+	if out, err := call("default", "pool-neighbour").CombinedOutput(); err != nil {
 		t.Fatalf("neighbour: %v: %s", err, out)
 	}
 	if w, c := d.metric(t, "berm_sandbox_launches_warm_total")-warm0, d.metric(t, "berm_sandbox_launches_cold_total")-cold0; w != 1 || c != 0 {

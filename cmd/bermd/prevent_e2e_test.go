@@ -14,9 +14,9 @@ func TestDaemonRefusesSpecialFilesAndSetidWhenMade(t *testing.T) {
 	d := startDaemon(t)
 	ws := bermbin.Workspace(t)
 	d.settled(t)
-	r := d.run(t, "", "--call-id", "hostile", "--workspace", ws, "--", "python3", "-c", hostile.SpecialFiles)
+	r := d.run(t, "", "--call-id", "bermd-hostile", "--workspace", ws, "--", "python3", "-c", hostile.SpecialFiles)
 	if r.Exit != 0 {
 		t.Fatalf("exit %d: %s", r.Exit, r.Stderr)
 	}
-	hostile.CheckSpecialFiles(t, r.Stdout, bermbin.Timeline(t, d.state, "hostile").Events, ws)
+	hostile.CheckSpecialFiles(t, r.Stdout, bermbin.Timeline(t, d.state, "bermd-hostile").Events, ws)
 }
