@@ -238,6 +238,8 @@ func TestAccessServesNonRootCallersByTenant(t *testing.T) {
 			args: []string{"--workspace", otherWS, "--", "/bin/true"}, exit: 1, stderr: "owned by uid 0, not by the caller"},
 		{name: "caps looser than the policy's are refused", u: s.acme,
 			args: []string{"--memory", "64Gi", "--", "/bin/true"}, exit: 1, stderr: "--memory above the policy's cap"},
+		{name: "a DNS upstream of the caller's choosing is refused (root's packets would go there)", u: s.acme,
+			args: []string{"--dns-upstream", "127.0.0.1:5353", "--", "/bin/true"}, exit: 1, stderr: "only root names the call's DNS upstream"},
 		{name: "caps tighter than the policy's are taken", u: s.acme,
 			args: []string{"--memory", "256Mi", "--", "/bin/true"}},
 		{name: "the runner of beta runs in beta", u: s.beta,

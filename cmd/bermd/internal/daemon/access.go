@@ -119,6 +119,11 @@ func (s *Server) authorizeRun(peer access.Peer, acc *access.File, req *callproto
 	if err := capsWithin(req); err != nil {
 		return nil, &access.Refusal{UID: peer.UID, Tenant: req.Tenant, Right: access.Run, Detail: err.Error()}
 	}
+	if req.DNSUpstream != "" {
+		// bermd (root, on the host's network) sends the call's allowed queries there: a
+		// caller choosing it would choose where root's packets go.
+		return nil, &access.Refusal{UID: peer.UID, Tenant: req.Tenant, Right: access.Run, Detail: "only root names the call's DNS upstream (--dns-upstream)"}
+	}
 	if fresh {
 		return nil, nil
 	}
