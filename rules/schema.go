@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"math"
 	"path"
 	"reflect"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"cel.dev/cel-go/interpreter"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/secrets"
 )
 
 // The CEL view of an event. Each variable is an object type whose fields are read straight
@@ -432,7 +432,7 @@ func envOptions() []cel.EnvOption {
 		// Shannon entropy in bits per character: encoded payloads score high, words low.
 		cel.Function("entropy",
 			cel.Overload("entropy_string", []*cel.Type{cel.StringType}, cel.DoubleType,
-				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.Double(entropy(string(v.(types.String)))) }))),
+				cel.UnaryBinding(func(v ref.Val) ref.Val { return types.Double(secrets.Entropy(string(v.(types.String)))) }))),
 		// The name's parent: its last two labels (a.b.example.com -> example.com).
 		cel.Function("parentDomain",
 			cel.Overload("parentDomain_string", []*cel.Type{cel.StringType}, cel.StringType,
@@ -470,24 +470,6 @@ func stringListFunc(name string, test func(s, x string) bool) cel.EnvOption {
 				}
 				return types.False
 			})))
-}
-
-func entropy(s string) float64 {
-	if s == "" {
-		return 0
-	}
-	var n [256]int
-	for i := 0; i < len(s); i++ {
-		n[s[i]]++
-	}
-	h := 0.0
-	for _, c := range n {
-		if c > 0 {
-			p := float64(c) / float64(len(s))
-			h -= p * math.Log2(p)
-		}
-	}
-	return h
 }
 
 func parentDomain(name string) string {

@@ -2,7 +2,6 @@ package dnsguard
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/google/gopacket/layers"
@@ -110,7 +109,7 @@ func (c *Call) tunnelRun(ev *event.DNS, rules []policy.DomainRule) {
 		c.cfg.Emit(event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: "dns-tunnel-label-run", Title: "Encoded data in the labels under an allowed wildcard",
 			Severity: "high", Surface: event.SurfacePolicy, Technique: []string{"T1071.004", "T1048"},
 			Output: fmt.Sprintf("%s query for %s (%s): the labels under %s read as %d characters of encoded data (%.2f bits each); the first of the call under this wildcard",
-				ev.Type, ev.Name, ev.Verdict, r.Pattern, len(run), entropy(run))}})
+				ev.Type, ev.Name, ev.Verdict, r.Pattern, len(run), secrets.Entropy(run))}})
 		return
 	}
 }
@@ -133,7 +132,7 @@ func encodedRun(sub string) string {
 	if strings.Trim(run, "0123456789abcdef") == "" && strings.ContainsAny(run, "abcdef") && strings.ContainsAny(run, "0123456789") {
 		return run
 	}
-	if entropy(run) < minRunEntropy {
+	if secrets.Entropy(run) < minRunEntropy {
 		return ""
 	}
 	switches := 0
@@ -149,19 +148,3 @@ func encodedRun(sub string) string {
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// entropy is s's Shannon entropy in bits per character.
-func entropy(s string) float64 {
-	var n [256]int
-	for i := 0; i < len(s); i++ {
-		n[s[i]]++
-	}
-	h := 0.0
-	for _, k := range n {
-		if k > 0 {
-			p := float64(k) / float64(len(s))
-			h -= p * math.Log2(p)
-		}
-	}
-	return h
-}

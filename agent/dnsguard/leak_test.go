@@ -1,6 +1,10 @@
 package dnsguard
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/bermsec/berm/agent/secrets"
+)
 
 // The labels a wildcard lets the tool choose read as encoded data when they are long, varied
 // and switch between letters and digits as encoders' output does, however they are cut;
@@ -25,7 +29,7 @@ func TestEncodedRunTellsPayloadFromNames(t *testing.T) {
 		{"www", false},
 	} {
 		if got := encodedRun(tc.sub) != ""; got != tc.want {
-			t.Errorf("%s: encoded %v, want %v (entropy %.2f)", tc.sub, got, tc.want, entropy(tc.sub))
+			t.Errorf("%s: encoded %v, want %v (entropy %.2f)", tc.sub, got, tc.want, secrets.Entropy(tc.sub))
 		}
 	}
 }

@@ -15,18 +15,7 @@ import (
 func TestJudgeSeccompDenials(t *testing.T) {
 	root := fsTree(t)
 	env := CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
-	compile := func(spec string) *Judge {
-		t.Helper()
-		p, err := Parse("p.yaml", []byte(header+"spec:\n"+spec))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := p.Compile(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &Judge{Compiled: c, Workspace: env.Workspace}
-	}
+	compile := func(spec string) *Judge { return compileJudge(t, env, spec) }
 	strict := compile("  mode: enforce\n")
 	audit := compile("  mode: audit\n")
 	fatal := compile("  syscalls:\n    fatal: [ptrace, socket]\n")
@@ -106,4 +95,18 @@ func TestFatalEnd(t *testing.T) {
 			t.Errorf("FatalEnd(%q) = %q %v, want %q", tc.seen, got, ok, tc.want)
 		}
 	}
+}
+
+// compileJudge is the judge of a policy with spec (YAML under spec:) in env.
+func compileJudge(t *testing.T, env CompileEnv, spec string) *Judge {
+	t.Helper()
+	p, err := Parse("p.yaml", []byte(header+"spec:\n"+spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Compile(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Judge{Compiled: c, Workspace: env.Workspace}
 }

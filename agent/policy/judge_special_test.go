@@ -50,18 +50,7 @@ func TestWritableTreesGrantSpecialFilesOnlyWhenAllowed(t *testing.T) {
 func TestJudgeNamesSpecialFileAndSetidRefusals(t *testing.T) {
 	root := fsTree(t)
 	env := CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
-	compile := func(spec string) *Judge {
-		t.Helper()
-		p, err := Parse("p.yaml", []byte(header+"spec:\n"+spec))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := p.Compile(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &Judge{Compiled: c, Workspace: env.Workspace}
-	}
+	compile := func(spec string) *Judge { return compileJudge(t, env, spec) }
 	strict := compile("  mode: enforce\n")
 	allow := compile("  filesystem: {allowSpecialFiles: true}\n")
 	eacces, eperm := -int64(unix.EACCES), -int64(unix.EPERM)
