@@ -40,25 +40,34 @@ func limitEvents(tl audit.TimelineJSON) []event.Limit {
 // its budget is left alone.
 func TestDiskBudgetEndsTheCall(t *testing.T) {
 	bermbin.RequireRoot(t)
+	// The budget is measured on the workspace's file system, and every call on that file system
+	// sees what the others add: a test allocating gigabytes on the host's root file system
+	// ends its neighbours' calls (other packages' tests run beside this one). So the allocations
+	// past strict's 1 GiB happen on a file system of the case's own (ownFS), and the other
+	// cases stay far under any neighbour's budget (64 MiB budgets, 256 MiB allocations).
 	cases := []struct {
 		name     string
 		policy   string // spec: lines; empty for the built-in strict policy (disk: 1Gi)
 		script   string
 		reason   event.EndReason
 		resource string // of the limit event
+		ownFS    bool
 	}{
-		{"fallocate 4GiB under strict", "", "fallocate -l 4G big; echo allocated; sleep 60", event.EndDiskLimit, "disk"},
-		{"fallocate 4GiB and exit", "", "fallocate -l 4G big", event.EndDiskLimit, "disk"},
+		{"fallocate 1.5GiB under strict", "", "fallocate -l 1536M big; echo allocated; sleep 60", event.EndDiskLimit, "disk", true},
+		{"fallocate past the budget and exit", "  resources: {disk: 64Mi}\n", "fallocate -l 256M big", event.EndDiskLimit, "disk", false},
 		// Allocated in an unlinked file: no walk of the workspace would find it.
-		{"fallocate 4GiB unlinked", "", "python3 -c 'import os, time\nfd = os.open(\".\", os.O_TMPFILE | os.O_WRONLY, 0o600)\nos.posix_fallocate(fd, 0, 4 << 30)\ntime.sleep(60)'", event.EndDiskLimit, "disk"},
-		{"fallocate kept size", "  resources: {disk: 64Mi}\n", "touch big && fallocate -n -l 1G big; sleep 60", event.EndDiskLimit, "disk"},
+		{"fallocate unlinked", "  resources: {disk: 64Mi}\n", "python3 -c 'import os, time\nfd = os.open(\".\", os.O_TMPFILE | os.O_WRONLY, 0o600)\nos.posix_fallocate(fd, 0, 256 << 20)\ntime.sleep(60)'", event.EndDiskLimit, "disk", false},
+		{"fallocate kept size", "  resources: {disk: 64Mi}\n", "touch big && fallocate -n -l 256M big; sleep 60", event.EndDiskLimit, "disk", false},
 		{"inode flood", "  resources: {inodes: 2000}\n",
-			"mkdir d && python3 -c 'import os\nfor i in range(20000): open(\"d/f%d\" % i, \"w\").close()'; sleep 60", event.EndDiskLimit, "inodes"},
-		{"within budget", "  resources: {disk: 1Gi}\n", "head -c 8M /dev/zero > small", event.EndExit, ""},
+			"mkdir d && python3 -c 'import os\nfor i in range(20000): open(\"d/f%d\" % i, \"w\").close()'; sleep 60", event.EndDiskLimit, "inodes", false},
+		{"within budget", "  resources: {disk: 1Gi}\n", "head -c 8M /dev/zero > small", event.EndExit, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			state, ws := t.TempDir(), bermbin.Workspace(t)
+			if tc.ownFS {
+				ownFileSystem(t, ws)
+			}
 			id := "disk-" + strings.ReplaceAll(tc.name, " ", "-")
 			args := []string{"--call-id", id, "--workspace", ws, "--timeout", "30s"}
 			if tc.policy != "" {
@@ -176,5 +185,21 @@ func TestCallCannotUseReservedBlocks(t *testing.T) {
 		// Until each call has a uid of its own, a tool running as 65534 fails here.
 		t.Fatalf("the call (uid %s inside) used %d of the %d reserved blocks\nstderr: %s",
 			strings.TrimSpace(r.Stdout), reserved-after.Bfree, reserved, r.Stderr)
+	}
+}
+
+// ownFileSystem mounts a file system of its own at dir (ext4 in a 2 GiB sparse image, looped;
+// owned by the sandbox's default user): what a call allocates there is counted on it alone, and
+// an allocation (unwritten extents) barely grows the image on the host's file system. Not a
+// tmpfs: its pages would be charged to the call's memory cap.
+func ownFileSystem(t *testing.T, dir string) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "fs.img")
+	mustRun(t, "truncate", "-s", "2G", img)
+	mustRun(t, "mkfs.ext4", "-q", "-F", img)
+	mustRun(t, "mount", "-o", "loop", img, dir)
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
 	}
 }
