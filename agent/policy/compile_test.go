@@ -206,18 +206,7 @@ func TestStrictCompiles(t *testing.T) {
 func TestCompileSeccomp(t *testing.T) {
 	root := fsTree(t)
 	env := CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
-	compile := func(spec string) *Compiled {
-		t.Helper()
-		p, err := Parse("p.yaml", []byte(header+"spec:\n"+spec))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := p.Compile(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	compile := func(spec string) *Compiled { return compileSpec(t, env, spec) }
 	strict := compile("  mode: enforce\n")
 	audit := compile("  mode: audit\n")
 	allow := compile("  syscalls: {allow: [read, write, unshare, setns, ioctl, socket], defaultAction: kill}\n")

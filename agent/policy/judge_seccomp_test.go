@@ -97,8 +97,8 @@ func TestFatalEnd(t *testing.T) {
 	}
 }
 
-// compileJudge is the judge of a policy with spec (YAML under spec:) in env.
-func compileJudge(t *testing.T, env CompileEnv, spec string) *Judge {
+// compileSpec compiles a policy with spec (YAML under spec:) in env.
+func compileSpec(t *testing.T, env CompileEnv, spec string) *Compiled {
 	t.Helper()
 	p, err := Parse("p.yaml", []byte(header+"spec:\n"+spec))
 	if err != nil {
@@ -108,5 +108,11 @@ func compileJudge(t *testing.T, env CompileEnv, spec string) *Judge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Judge{Compiled: c, Workspace: env.Workspace}
+	return c
+}
+
+// compileJudge is the judge of a policy with spec (YAML under spec:) in env.
+func compileJudge(t *testing.T, env CompileEnv, spec string) *Judge {
+	t.Helper()
+	return &Judge{Compiled: compileSpec(t, env, spec), Workspace: env.Workspace}
 }
