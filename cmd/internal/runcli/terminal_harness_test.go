@@ -2,6 +2,7 @@ package runcli_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -25,6 +26,9 @@ type callerTerminal struct {
 	mu     sync.Mutex
 	screen bytes.Buffer
 	grew   *sync.Cond
+	// marker, while set, is a drain's marker the reader has not yet taken off the screen.
+	marker []byte
+	drains int
 }
 
 func openCallerTerminal(t *testing.T) *callerTerminal {
@@ -51,6 +55,12 @@ func openCallerTerminal(t *testing.T) *callerTerminal {
 			n, err := c.master.Read(buf)
 			c.mu.Lock()
 			c.screen.Write(buf[:max(n, 0)])
+			if i := bytes.Index(c.screen.Bytes(), c.marker); c.marker != nil && i >= 0 {
+				rest := append([]byte(nil), c.screen.Bytes()[i+len(c.marker):]...)
+				c.screen.Truncate(i)
+				c.screen.Write(rest)
+				c.marker = nil
+			}
 			c.grew.Broadcast()
 			c.mu.Unlock()
 			if err != nil {
@@ -89,6 +99,7 @@ func (c *callerTerminal) startWithStdout(t *testing.T, ctty bool, stdout *os.Fil
 func (c *callerTerminal) wait(t *testing.T, cmd *exec.Cmd) int {
 	t.Helper()
 	err := cmd.Wait()
+	c.drain(t)
 	if ee, ok := err.(*exec.ExitError); ok {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			t.Fatalf("berm was killed by %v; screen:\n%s", ws.Signal(), c.text())
@@ -98,6 +109,37 @@ func (c *callerTerminal) wait(t *testing.T, cmd *exec.Cmd) int {
 		t.Fatalf("berm: %v", err)
 	}
 	return 0
+}
+
+// drain waits until the screen shows everything written to the terminal so far (berm's
+// last output can still be in the pty when berm has ended): a marker written to the
+// terminal now reaches the screen behind it, and the reader takes the marker off again.
+func (c *callerTerminal) drain(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	c.drains++
+	c.marker = fmt.Appendf(nil, "{berm-test-drain-%d}", c.drains)
+	marker := c.marker
+	c.mu.Unlock()
+	if _, err := c.slave.Write(marker); err != nil {
+		c.mu.Lock()
+		c.marker = nil
+		c.mu.Unlock()
+		return
+	}
+	deadline := time.AfterFunc(60*time.Second, func() {
+		c.mu.Lock()
+		c.grew.Broadcast()
+		c.mu.Unlock()
+	})
+	defer deadline.Stop()
+	start := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.marker != nil && time.Since(start) < 60*time.Second {
+		c.grew.Wait()
+	}
+	c.marker = nil
 }
 
 // run runs berm to its end and returns its exit status.
