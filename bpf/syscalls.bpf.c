@@ -36,6 +36,37 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define AF_INET 2
 #define AF_INET6 10
 
+/*
+ * The early-out for every syscall of every task on the node while these programs are attached
+ * (the agent attaches them only while a call is registered): per bucket of cgroup ids (the id's
+ * low bits), how many registered calls fall in it, written by the agent alone
+ * (tracer.Register/Unregister). A task whose bucket is empty, which is every task outside the
+ * calls but for the rare collision, leaves after its cgroup id read from its task and one array
+ * load, without the hash lookup of berm_calls; a collision costs that lookup, nothing else.
+ */
+#define BERM_CALL_FILTER 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BERM_CALL_FILTER);
+	__type(key, __u32);
+	__type(value, __u32);
+} berm_call_filter SEC(".maps");
+
+/* The call of the current task's cgroup (its id in *cgid), or NULL, the cheap way first. */
+static __always_inline struct berm_call_cfg *call_of_current(__u64 *cgid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	/* what bpf_get_current_cgroup_id() returns, read without the helper's call */
+	__u64 id = task->cgroups->dfl_cgrp->kn->id;
+	__u32 k = id & (BERM_CALL_FILTER - 1);
+	__u32 *n = bpf_map_lookup_elem(&berm_call_filter, &k);
+	if (!n || !*n)
+		return 0;
+	*cgid = id;
+	return berm_call_of(id);
+}
+
 /* Per-call syscall counters, indexed by slot. Per-CPU: no atomics on the hot path. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -304,13 +335,14 @@ static __noinline int capture(struct pt_regs *regs, long nr)
 /*
  * Counting happens at entry: exit_group and a successful execve never return to the caller,
  * so an exit-side counter would miss them. The sandbox check is the first thing done, so a
- * process outside every sandbox pays one hash lookup; a syscall of a call that is counted but
- * not reported pays no more than the counter.
+ * process outside every sandbox pays the filter's one array load (call_of_current); a syscall
+ * of a call that is counted but not reported pays no more than the counter.
  */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(berm_sys_enter, struct pt_regs *regs, long id)
 {
-	struct berm_call_cfg *cfg = berm_call_of(bpf_get_current_cgroup_id());
+	__u64 cgid;
+	struct berm_call_cfg *cfg = call_of_current(&cgid);
 	if (!cfg)
 		return 0;
 	if (id < 0 || id >= BERM_MAX_SYSCALLS)
@@ -646,8 +678,8 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 SEC("tp_btf/sys_exit")
 int BPF_PROG(berm_sys_exit, struct pt_regs *regs, long ret)
 {
-	__u64 cgid = bpf_get_current_cgroup_id();
-	struct berm_call_cfg *cfg = berm_call_of(cgid);
+	__u64 cgid;
+	struct berm_call_cfg *cfg = call_of_current(&cgid);
 	if (!cfg)
 		return 0;
 

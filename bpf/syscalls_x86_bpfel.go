@@ -18,6 +18,7 @@ import (
 const (
 	SyscallsMapBermAggcounts   = "berm_aggcounts"
 	SyscallsMapBermAggmask     = "berm_aggmask"
+	SyscallsMapBermCallFilter  = "berm_call_filter"
 	SyscallsMapBermCalls       = "berm_calls"
 	SyscallsMapBermConnectAddr = "berm_connect_addr"
 	SyscallsMapBermDrops       = "berm_drops"
@@ -86,6 +87,7 @@ type SyscallsProgramSpecs struct {
 type SyscallsMapSpecs struct {
 	BermAggcounts   *ebpf.MapSpec `ebpf:"berm_aggcounts"`
 	BermAggmask     *ebpf.MapSpec `ebpf:"berm_aggmask"`
+	BermCallFilter  *ebpf.MapSpec `ebpf:"berm_call_filter"`
 	BermCalls       *ebpf.MapSpec `ebpf:"berm_calls"`
 	BermConnectAddr *ebpf.MapSpec `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
@@ -128,6 +130,7 @@ func (o *SyscallsObjects) Close() error {
 type SyscallsMaps struct {
 	BermAggcounts   *ebpf.Map `ebpf:"berm_aggcounts"`
 	BermAggmask     *ebpf.Map `ebpf:"berm_aggmask"`
+	BermCallFilter  *ebpf.Map `ebpf:"berm_call_filter"`
 	BermCalls       *ebpf.Map `ebpf:"berm_calls"`
 	BermConnectAddr *ebpf.Map `ebpf:"berm_connect_addr"`
 	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
@@ -144,6 +147,7 @@ func (m *SyscallsMaps) Close() error {
 	return _SyscallsClose(
 		m.BermAggcounts,
 		m.BermAggmask,
+		m.BermCallFilter,
 		m.BermCalls,
 		m.BermConnectAddr,
 		m.BermDrops,

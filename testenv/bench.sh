@@ -20,6 +20,9 @@ out=.bench/results.md
   # A call in an empty workspace against one of 1,000,000 files, through bermd and embedded
   # (issue 29); the files are made once (≈1 min) and kept in $TMPDIR/berm-bench-bigworkspace.
   echo; go run ./testenv/bench/bigworkspace --bin bin
+  # What the node pays (issue 29): a host getppid loop with no agent, bermd idle, bermd running
+  # calls, the three in each of 5 rounds (≈1 min).
+  echo; go run ./testenv/bench/nodecost --bin bin
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15);
   # secrets: the output redactor and the trail scrub of the credential surface (issue 13).

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -37,12 +39,29 @@ type Config struct {
 // reader shares the CPU) with wake-ups every 64 KiB.
 var DefaultConfig = Config{RingBytes: 16 << 20, WakeupBytes: 64 << 10}
 
+// CallFilterBuckets is BERM_CALL_FILTER: the buckets of the syscall programs' early-out.
+const CallFilterBuckets = 4096
+
+// SyscallLinger is how long the syscall programs stay attached after the node's last call
+// ended: back-to-back calls do not attach and detach them for each call.
+var SyscallLinger = 2 * time.Second
+
 // Tracer holds the loaded, attached objects.
 type Tracer struct {
 	cfg   Config
 	proc  bpf.ProcessObjects
 	sys   bpf.SyscallsObjects
 	links []link.Link
+
+	// The raw syscall tracepoints run a program for every syscall of every task on the node:
+	// they are attached only while a call is registered (and SyscallLinger after the last),
+	// so a node with no call pays nothing per syscall. sysMu orders Register and Unregister
+	// with the attachment and with the early-out's filter (berm_call_filter).
+	sysMu      sync.Mutex
+	registered map[uint64]bool
+	sysLinks   []link.Link
+	detachGen  uint64 // bumped by each attach: a detach timer of an older generation does nothing
+	detachTime *time.Timer
 }
 
 // New loads and attaches everything, or nothing: on any failure what was done is undone.
@@ -84,23 +103,106 @@ func New(cfg Config) (_ *Tracer, err error) {
 		return nil, fmt.Errorf("load syscalls objects: %w", err)
 	}
 
-	for _, p := range []struct {
-		name string
-		prog *ebpf.Program
-	}{
+	t.registered = map[uint64]bool{}
+	links, err := attachRaw([]rawProg{
 		{"sched_process_exec", t.proc.BermSchedExec},
 		{"sched_process_fork", t.proc.BermSchedFork},
 		{"sched_process_exit", t.proc.BermSchedExit},
-		{"sys_enter", t.sys.BermSysEnter},
-		{"sys_exit", t.sys.BermSysExit},
-	} {
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.links = links
+	return t, nil
+}
+
+type rawProg struct {
+	name string
+	prog *ebpf.Program
+}
+
+// attachRaw attaches every program to its tp_btf tracepoint, or none.
+func attachRaw(progs []rawProg) ([]link.Link, error) {
+	var links []link.Link
+	for _, p := range progs {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
+			for _, l := range links {
+				_ = l.Close()
+			}
 			return nil, fmt.Errorf("attach tp_btf/%s: %w", p.name, err)
 		}
-		t.links = append(t.links, l)
+		links = append(links, l)
 	}
-	return t, nil
+	return links, nil
+}
+
+// attachSyscalls attaches the syscall programs if they are not, and cancels a pending detach.
+// Called with sysMu held, before a call's cgroup is registered: its tool's first syscall is
+// seen.
+func (t *Tracer) attachSyscalls() error {
+	t.detachGen++
+	if t.detachTime != nil {
+		t.detachTime.Stop()
+		t.detachTime = nil
+	}
+	if t.sysLinks != nil {
+		return nil
+	}
+	links, err := attachRaw([]rawProg{{"sys_enter", t.sys.BermSysEnter}, {"sys_exit", t.sys.BermSysExit}})
+	if err != nil {
+		return err
+	}
+	t.sysLinks = links
+	return nil
+}
+
+// detachSyscallsLater detaches the syscall programs SyscallLinger from now unless a call
+// registers before. Called with sysMu held, once no call is registered.
+func (t *Tracer) detachSyscallsLater() {
+	if t.sysLinks == nil || t.detachTime != nil {
+		return
+	}
+	gen := t.detachGen
+	t.detachTime = time.AfterFunc(SyscallLinger, func() {
+		t.sysMu.Lock()
+		defer t.sysMu.Unlock()
+		if gen != t.detachGen || len(t.registered) > 0 {
+			return
+		}
+		t.detachTime = nil
+		t.closeSyscalls()
+	})
+}
+
+func (t *Tracer) closeSyscalls() error {
+	var errs []error
+	for _, l := range t.sysLinks {
+		errs = append(errs, l.Close())
+	}
+	t.sysLinks = nil
+	return errors.Join(errs...)
+}
+
+// SyscallsAttached says whether the raw syscall programs are attached now (tests, metrics).
+func (t *Tracer) SyscallsAttached() bool {
+	t.sysMu.Lock()
+	defer t.sysMu.Unlock()
+	return t.sysLinks != nil
+}
+
+// addFilter adds n (1 or -1) to the early-out filter's bucket of cgroupID.
+func (t *Tracer) addFilter(cgroupID uint64, n int32) error {
+	k := uint32(cgroupID & (CallFilterBuckets - 1))
+	var v uint32
+	if err := t.sys.BermCallFilter.Lookup(k, &v); err != nil {
+		return fmt.Errorf("read call filter bucket %d: %w", k, err)
+	}
+	v = uint32(int32(v) + n)
+	if err := t.sys.BermCallFilter.Update(k, v, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("write call filter bucket %d: %w", k, err)
+	}
+	return nil
 }
 
 // Events is the ring buffer every program writes to.
@@ -193,16 +295,51 @@ func (t *Tracer) Register(cgroupID uint64, cfg CallConfig) error {
 		}
 		v.RefusedMask[nr/64] |= 1 << (nr % 64)
 	}
-	if err := t.proc.BermCalls.Update(cgroupID, &v, ebpf.UpdateNoExist); err != nil {
+	t.sysMu.Lock()
+	defer t.sysMu.Unlock()
+	if t.registered[cgroupID] {
+		return fmt.Errorf("register cgroup %d: already registered", cgroupID)
+	}
+	// Attached, then in the filter, then in berm_calls: each before the call's tool runs.
+	if err := t.attachSyscalls(); err != nil {
+		if len(t.registered) == 0 {
+			t.detachSyscallsLater()
+		}
 		return fmt.Errorf("register cgroup %d: %w", cgroupID, err)
 	}
+	if err := t.addFilter(cgroupID, 1); err != nil {
+		if len(t.registered) == 0 {
+			t.detachSyscallsLater()
+		}
+		return fmt.Errorf("register cgroup %d: %w", cgroupID, err)
+	}
+	if err := t.proc.BermCalls.Update(cgroupID, &v, ebpf.UpdateNoExist); err != nil {
+		_ = t.addFilter(cgroupID, -1)
+		if len(t.registered) == 0 {
+			t.detachSyscallsLater()
+		}
+		return fmt.Errorf("register cgroup %d: %w", cgroupID, err)
+	}
+	t.registered[cgroupID] = true
 	return nil
 }
 
-// Unregister stops reporting the cgroup.
+// Unregister stops reporting the cgroup. Once no cgroup is registered, the syscall programs
+// are detached SyscallLinger later.
 func (t *Tracer) Unregister(cgroupID uint64) error {
+	t.sysMu.Lock()
+	defer t.sysMu.Unlock()
 	if err := t.proc.BermCalls.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unregister cgroup %d: %w", cgroupID, err)
+	}
+	if t.registered[cgroupID] {
+		delete(t.registered, cgroupID)
+		if err := t.addFilter(cgroupID, -1); err != nil {
+			return fmt.Errorf("unregister cgroup %d: %w", cgroupID, err)
+		}
+		if len(t.registered) == 0 {
+			t.detachSyscallsLater()
+		}
 	}
 	return t.clearExecGate(cgroupID)
 }
@@ -261,6 +398,14 @@ func (t *Tracer) Close() error {
 		errs = append(errs, l.Close())
 	}
 	t.links = nil
+	t.sysMu.Lock()
+	t.detachGen++
+	if t.detachTime != nil {
+		t.detachTime.Stop()
+		t.detachTime = nil
+	}
+	errs = append(errs, t.closeSyscalls())
+	t.sysMu.Unlock()
 	errs = append(errs, t.sys.Close(), t.proc.Close())
 	return errors.Join(errs...)
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +83,39 @@ func loadVariants(berm, sock, ws, pol string) []launcher {
 			return exec.Command(berm, append(a, argv...)...)
 		}},
 	}
+}
+
+// srtVersion is the sandbox-runtime the load bench measures as a second peer.
+const srtVersion = "0.0.83"
+
+// srtLauncher is Anthropic's sandbox-runtime (`srt`, npm @anthropic-ai/sandbox-runtime) with
+// its default settings, installed into cache on first use; why it is not, if it cannot run
+// here (it needs node, npm, bwrap, socat and ripgrep).
+func srtLauncher(cache string) (launcher, string) {
+	bin := filepath.Join(cache, "node_modules", ".bin", "srt")
+	if _, err := os.Stat(bin); err != nil {
+		if out, err := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", cache, "@anthropic-ai/sandbox-runtime@"+srtVersion).CombinedOutput(); err != nil {
+			return launcher{}, fmt.Sprintf("npm install @anthropic-ai/sandbox-runtime@%s: %v: %s", srtVersion, err, lastLine(out))
+		}
+	}
+	home := filepath.Join(cache, "home") // its settings file is looked up in $HOME: none, the defaults
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return launcher{}, err.Error()
+	}
+	l := launcher{"srt", func(_ int, argv ...string) *exec.Cmd {
+		c := exec.Command(bin, argv...)
+		c.Env = append(os.Environ(), "HOME="+home)
+		return c
+	}}
+	if out, err := l.cmd(0, "echo", "x").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "x" {
+		return launcher{}, fmt.Sprintf("srt echo x: %v: %s", err, lastLine(out))
+	}
+	return l, ""
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 type loadMode struct {
@@ -178,52 +213,113 @@ func saturation(l launcher, callers, tenants int, d time.Duration, f *failures) 
 	return float64(len(lat)) / d.Seconds(), lat
 }
 
-// loadBench prints the load tables, bermd being d (default pool bounds).
-func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Duration) {
+// loadBench prints the load tables, bermd being d (default pool bounds); srt, Anthropic's
+// sandbox-runtime, is a second peer where it runs (installed into srtCache).
+func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Duration, srtCache, state string) {
 	vs := loadVariants(berm, sock, ws, pol)
+	srt, whyNot := srtLauncher(srtCache)
 	fmt.Printf("## Launch under load: time to first output of `echo x`\n\n")
 	fmt.Println("No pause for bermd to settle: refills compete with the launches, as they do for an agent's calls.")
-	fmt.Println("Overhead is each mode's percentile minus the bare exec's same percentile in the same mode; the ratio is berm's overhead over bwrap's.")
+	fmt.Println("Overhead is each mode's percentile minus the bare exec's same percentile in the same mode; the ratio is berm's overhead over bwrap's (and over srt's).")
+	if whyNot != "" {
+		fmt.Printf("srt (sandbox-runtime %s) is not measured: %s.\n", srtVersion, whyNot)
+	} else {
+		fmt.Printf("srt: sandbox-runtime %s with its default settings.\n", srtVersion)
+	}
 	fmt.Println()
-	fmt.Println("| mode | bare p50 / p95 / p99 | bwrap p50 / p95 / p99 | berm p50 / p95 / p99 | berm / bwrap overhead p50 | p99 | berm launches warm | failed calls (bwrap, berm) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
-	for _, m := range loadModes(n) {
-		var res [3][]time.Duration
-		var fails [3]failures
-		for i, v := range vs {
-			if i == 2 {
-				d.Settle()
-			}
-			w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
-			res[i] = m.run(v, &fails[i])
-			if i == 2 {
-				w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
-				pcts := func(t []time.Duration) string {
-					return fmt.Sprintf("%s / %s / %s", benchkit.MS(benchkit.Pct(t, .5)), benchkit.MS(benchkit.Pct(t, .95)), benchkit.MS(benchkit.Pct(t, .99)))
-				}
-				ratio := func(p float64) float64 {
-					b := benchkit.Pct(res[0], p)
-					return float64(benchkit.Pct(res[2], p)-b) / float64(benchkit.Pct(res[1], p)-b)
-				}
-				fmt.Printf("| %s | %s | %s | %s | **%.2f** | %.2f | %.0f of %.0f | %s, %s |\n", m.name, pcts(res[0]), pcts(res[1]), pcts(res[2]), ratio(.5), ratio(.99), w, w+c, &fails[1], &fails[2])
-			}
+	fmt.Println("| mode | bare p50 / p95 / p99 | bwrap p50 / p95 / p99 | srt p50 / p95 / p99 | berm p50 / p95 / p99 | berm / bwrap overhead p50 | p99 | berm / srt overhead p50 | berm launches warm | failed calls (bwrap, srt, berm) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	pcts := func(t []time.Duration) string {
+		if len(t) == 0 {
+			return "-"
 		}
+		return fmt.Sprintf("%s / %s / %s", benchkit.MS(benchkit.Pct(t, .5)), benchkit.MS(benchkit.Pct(t, .95)), benchkit.MS(benchkit.Pct(t, .99)))
+	}
+	// res: bare, bwrap, berm, srt
+	row := func(name string, res [4][]time.Duration, fails *[4]failures, warm string) {
+		ratio := func(peer int, p float64) string {
+			if len(res[peer]) == 0 || len(res[2]) == 0 || len(res[0]) == 0 {
+				return "-"
+			}
+			b := benchkit.Pct(res[0], p)
+			return fmt.Sprintf("%.2f", float64(benchkit.Pct(res[2], p)-b)/float64(benchkit.Pct(res[peer], p)-b))
+		}
+		srtFails := "-"
+		if srt.cmd != nil {
+			srtFails = fails[3].String()
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | **%s** | %s | %s | %s | %s, %s, %s |\n", name, pcts(res[0]), pcts(res[1]), pcts(res[3]), pcts(res[2]),
+			ratio(1, .5), ratio(1, .99), ratio(3, .5), warm, &fails[1], srtFails, &fails[2])
+	}
+	for _, m := range loadModes(n) {
+		var res [4][]time.Duration
+		var fails [4]failures
+		for i, v := range vs[:2] {
+			res[i] = m.run(v, &fails[i])
+		}
+		if srt.cmd != nil {
+			res[3] = m.run(srt, &fails[3])
+		}
+		d.Settle()
+		w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
+		res[2] = m.run(vs[2], &fails[2])
+		w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
+		row(m.name, res, &fails, fmt.Sprintf("%.0f of %.0f", w, w+c))
+	}
+	// The embedded first call: `berm run --daemon never` loads the eBPF programs itself for each
+	// call, with no bermd; against the peers' back-to-back calls of the same run.
+	{
+		const k = 10
+		embedded := launcher{"berm run --daemon never", func(_ int, argv ...string) *exec.Cmd {
+			a := []string{"run", "--daemon", "never", "--state-dir", state, "--workspace", ws, "--policy", pol, "--"}
+			return exec.Command(berm, append(a, argv...)...)
+		}}
+		backToBack := func(l launcher, f *failures) []time.Duration {
+			var (
+				mu  sync.Mutex
+				out []time.Duration
+			)
+			for range k {
+				timed(l.cmd(0, "echo", "x"), f, &mu, &out)
+			}
+			return out
+		}
+		var res [4][]time.Duration
+		var fails [4]failures
+		res[0], res[1] = backToBack(vs[0], &fails[0]), backToBack(vs[1], &fails[1])
+		if srt.cmd != nil {
+			res[3] = backToBack(srt, &fails[3])
+		}
+		res[2] = backToBack(embedded, &fails[2])
+		row(fmt.Sprintf("embedded first call (`berm run --daemon never`, %d calls one after another, no bermd used)", k), res, &fails, "-")
 	}
 	fmt.Println()
 	if satTime <= 0 {
 		return
 	}
 	fmt.Printf("## Saturation: calls per second (%s each; mixed small tools: echo, sh -c, ls of the workspace, cat; berm's across 8 tenants)\n\n", satTime)
-	fmt.Println("| callers | bwrap calls/s, p50 | berm calls/s, p50 | berm / bwrap throughput | berm launches warm | failed calls (bwrap, berm) |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| callers | bwrap calls/s, p50 | srt calls/s, p50 | berm calls/s, p50 | berm / bwrap throughput | berm / srt throughput | berm launches warm | failed calls (bwrap, srt, berm) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, callers := range []int{32, 64} {
-		var fb, fe failures
+		var fb, fs, fe failures
 		bw, bwl := saturation(vs[1], callers, 8, satTime, &fb)
+		st, sts, srtRatio, srtFails := "-", 0.0, "-", "-"
+		if srt.cmd != nil {
+			var stl []time.Duration
+			sts, stl = saturation(srt, callers, 8, satTime, &fs)
+			if len(stl) > 0 {
+				st = fmt.Sprintf("%.1f, %s", sts, benchkit.MS(benchkit.Pct(stl, .5)))
+			}
+			srtFails = fs.String()
+		}
 		d.Settle()
 		w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
 		be, bel := saturation(vs[2], callers, 8, satTime, &fe)
 		w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
-		fmt.Printf("| %d | %.1f, %s | %.1f, %s | **%.2f** | %.0f of %.0f | %s, %s |\n", callers, bw, benchkit.MS(benchkit.Pct(bwl, .5)), be, benchkit.MS(benchkit.Pct(bel, .5)), be/bw, w, w+c, &fb, &fe)
+		if sts > 0 {
+			srtRatio = fmt.Sprintf("%.2f", be/sts)
+		}
+		fmt.Printf("| %d | %.1f, %s | %s | %.1f, %s | **%.2f** | %s | %.0f of %.0f | %s, %s, %s |\n", callers, bw, benchkit.MS(benchkit.Pct(bwl, .5)), st, be, benchkit.MS(benchkit.Pct(bel, .5)), be/bw, srtRatio, w, w+c, &fb, srtFails, &fe)
 	}
 	fmt.Println()
 }

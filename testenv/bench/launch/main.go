@@ -45,6 +45,7 @@ func main() {
 	blocks := flag.Int("blocks", 10, "with --compare: blocks per build")
 	loadOnly := flag.Bool("load-only", false, "run the launches under load only (back to back, staggered, bursts, saturation)")
 	satTime := flag.Duration("saturation", 20*time.Second, "how long each saturation run lasts (0: none)")
+	srtCache := flag.String("srt-cache", filepath.Join(os.TempDir(), "berm-bench-srt"), "where the load bench installs srt (npm @anthropic-ai/sandbox-runtime), its second peer")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
@@ -116,7 +117,7 @@ func main() {
 		d := startDaemon(bermd, state, sock)
 		defer d.Stop()
 		d.Settle()
-		loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime)
+		loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"))
 		return
 	}
 	if *warmOnly {
@@ -231,7 +232,7 @@ func main() {
 	rows, err := breakdown(state, warmCalls, d.served)
 	benchkit.Must(err)
 	printBreakdown(rows, wBerm)
-	loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime)
+	loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"))
 	onDemand(berm, work, ws, basePol, wBerm)
 
 	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)
