@@ -62,6 +62,7 @@ vmlinux:
 test: deps build grafana
 	$(GO) vet ./...
 	$(GOTEST) ./...
+	cd cmd/bermd/deploy/helm && $(GO) vet ./... && $(GOTEST) ./... # the Helm chart: its own module
 	$(MAKE) test-race
 
 # The Grafana server the dashboards' tests provision (built from its Go module, minutes the first
