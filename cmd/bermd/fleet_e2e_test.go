@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bermbin"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 )
@@ -40,7 +41,7 @@ func chQuery(t *testing.T, ch *chtest.Server, q string) [][]string {
 
 // A fleet on one machine: two bermd "nodes", each its own state dir, socket, journal and node
 // name, ship to one ClickHouse. Each call is there once, under the node that ran it, and
-// berm events --source clickhouse --node gives one node's events and none of the other's.
+// berm events --source clickhouse --host gives one node's events and none of the other's.
 func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 	bermbin.RequireRoot(t)
 	ch := chtest.ForTest(t, chtest.Config{})
@@ -88,6 +89,30 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls by node in ClickHouse %v, want %v", got, want)
 	}
+	// berm calls --source reads the fleet's calls: each once, under its node
+	r := bermbin.Berm(t, nil, "calls", "--source", dsn, "--json")
+	if r.Exit != 0 {
+		t.Fatalf("berm calls --source: exit %d: %s", r.Exit, r.Stderr)
+	}
+	var listed []audit.Call
+	if err := json.Unmarshal([]byte(r.Stdout), &listed); err != nil {
+		t.Fatalf("berm calls --json: %v\n%s", err, r.Stdout)
+	}
+	seen := map[string]int{}
+	for _, c := range listed {
+		if c.Start.Tenant != tenant {
+			continue
+		}
+		seen[c.Start.CallID]++
+		if want[c.Start.CallID] != c.Start.Node {
+			t.Errorf("berm calls --source: call %s under node %q, want %q", c.Start.CallID, c.Start.Node, want[c.Start.CallID])
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("berm calls --source lists call %s %d times, want once", id, seen[id])
+		}
+	}
 	// the events are shipped after their call's start; wait for each call's exec
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		rows = chQuery(t, ch, "SELECT DISTINCT call_id FROM berm.events WHERE tenant = '"+tenant+"' AND kind = 'exec'")
@@ -99,9 +124,9 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 		}
 	}
 	for name := range nodes {
-		r := bermbin.Berm(t, nil, "events", "--source", dsn, "--tenant", tenant, "--node", name, "--kind", "exec")
+		r := bermbin.Berm(t, nil, "events", "--source", dsn, "--tenant", tenant, "--host", name, "--kind", "exec")
 		if r.Exit != 0 {
-			t.Fatalf("berm events --node %s: exit %d: %s", name, r.Exit, r.Stderr)
+			t.Fatalf("berm events --host %s: exit %d: %s", name, r.Exit, r.Stderr)
 		}
 		seen := map[string]bool{}
 		sc := bufio.NewScanner(strings.NewReader(r.Stdout))
@@ -112,7 +137,7 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 				t.Fatalf("berm events line %q: %v", sc.Text(), err)
 			}
 			if want[e.CallID] != name {
-				t.Errorf("berm events --node %s gave an event of call %s (node %q)", name, e.CallID, want[e.CallID])
+				t.Errorf("berm events --host %s gave an event of call %s (node %q)", name, e.CallID, want[e.CallID])
 			}
 			seen[e.CallID] = true
 		}
@@ -122,7 +147,7 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 		}
 		sort.Strings(calls)
 		if want := []string{name + "-0", name + "-1"}; fmt.Sprint(calls) != fmt.Sprint(want) {
-			t.Errorf("berm events --node %s: execs of calls %v, want %v", name, calls, want)
+			t.Errorf("berm events --host %s: execs of calls %v, want %v", name, calls, want)
 		}
 	}
 }
