@@ -10,7 +10,7 @@ CC       ?= cc
 FRONT_LDFLAGS ?= $(shell echo 'int main(void){return 0;}' | $(CC) -x c -static -o /dev/null - 2>/dev/null && echo -static)
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build front grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean
+.PHONY: all build front grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean stack stack-down
 
 all: build
 
@@ -62,6 +62,7 @@ vmlinux:
 test: deps build grafana
 	$(GO) vet ./...
 	$(GOTEST) ./...
+	cd cmd/bermd/deploy/helm && $(GO) vet ./... && $(GOTEST) ./... # the Helm chart: its own module
 	$(MAKE) test-race
 
 # The Grafana server the dashboards' tests provision (built from its Go module, minutes the first
@@ -82,6 +83,17 @@ demo: build
 
 bench: deps build
 	@testenv/bench.sh
+
+# ClickHouse, berm-collector, bermd, Prometheus and Grafana (berm's plugin and dashboards) on
+# loopback, until Ctrl-C or `make stack-down` (testenv/stack/README.md). Run again while it is
+# up, it prints where it is.
+STACK_DIR ?= .stack
+stack: build grafana
+	$(GO) build -o $(BIN)/berm-stack ./testenv/stack
+	@$(BIN)/berm-stack up --bin $(BIN) --dir $(STACK_DIR)
+
+stack-down:
+	@$(GO) run ./testenv/stack down --dir $(STACK_DIR)
 
 # Detection coverage (root): every atomic-red-team Linux atomic and every benign behaviour of
 # testenv/corpus as one berm run call under the strict policy; per technique: ran, contained
@@ -107,4 +119,4 @@ fuzz:
 	done; rm -f $$log; if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 clean:
-	rm -rf $(BIN) .bench .corpus
+	rm -rf $(BIN) .bench .corpus .stack

@@ -262,6 +262,9 @@ func (s *CHSource) Events(_ context.Context, f audit.EventFilter, follow bool, f
 		if f.Call != "" && f.Call != st.Key() && f.Call != st.CallID && f.Call != st.Tenant+"/"+st.CallID {
 			continue
 		}
+		if !f.MatchNode(st.Node) {
+			continue
+		}
 		ctx, cancel := s.ctx()
 		evs, err := s.events(ctx, st.Tenant, st.Tool, st.CallID, st.CallKey)
 		cancel()

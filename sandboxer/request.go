@@ -81,6 +81,8 @@ type Service struct {
 	Init  string
 	// Approvals asks people about the calls' held actions (spec.approvals).
 	Approvals *approval.Broker
+	// Node is the node name the calls' records carry (Spec.Node).
+	Node string
 }
 
 // Launch runs one call to its end with the caller's stdio; stops end it early.
@@ -98,7 +100,7 @@ func (s *Service) LaunchChecked(req *callproto.Request, stdio [3]*os.File, stops
 	if s.Init == "" {
 		return callproto.Reply{Error: "bermd has no sandbox init (berm-init) to launch calls with", ExitStatus: 125}
 	}
-	spec.Init, spec.Pool, spec.Stops, spec.Approvals = s.Init, s.Pool, stops, s.Approvals
+	spec.Init, spec.Pool, spec.Stops, spec.Approvals, spec.Node = s.Init, s.Pool, stops, s.Approvals, s.Node
 	spec.CheckWorkspace = checkWorkspace
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
 	out, err := Run(spec, Local{Agent: s.Agent})

@@ -35,8 +35,11 @@ import (
 // Spec describes one call.
 type Spec struct {
 	CallID, Tool, Tenant string
-	Argv                 []string
-	Workspace            string // bind-mounted read-write, the working directory
+	// Node is the node name the call's records carry (empty: the host's name): a node of a
+	// fleet names itself (bermd --node), so its calls stay apart from its neighbours'.
+	Node      string
+	Argv      []string
+	Workspace string // bind-mounted read-write, the working directory
 	// Env is the tool's whole environment. Who the tool runs as is not the caller's to say: its
 	// sandbox's own host ids (uidalloc.go), uid and gid ToolUID/ToolGID inside.
 	Env    []string
@@ -292,7 +295,10 @@ func claimSandbox(spec Spec, env *callEnv, wsDir *workspaceDir) (sb *sandbox, di
 // launcher puts in place (the agent adds its own, tracing, cgroup sock hooks, BPF LSM, when it
 // begins).
 func callStart(spec Spec, env *callEnv, sb *sandbox) event.CallStart {
-	host, _ := os.Hostname()
+	host := spec.Node
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	layers := []string{event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs}
 	if !env.init.HostRoot {
 		layers = append(layers, event.LayerMount)

@@ -17,6 +17,9 @@ out=.bench/results.md
   # launches (interleaved with bare exec and bwrap) and their per-phase breakdown in ≈20 s.
   go run ./testenv/bench/launch --bin bin
   echo; go run ./testenv/bench/trail --bin bin # the audit trail under a flood, and its throughput (issue 10)
+  # berm events as JSON lines and as Tetragon's events, read once and followed, against the
+  # journal read raw (issue 28; ≈15 s)
+  echo; go run ./testenv/bench/events --bin bin
   # A call in an empty workspace against one of 1,000,000 files, through bermd and embedded
   # (issue 29); the files are made once (≈1 min) and kept in $TMPDIR/berm-bench-bigworkspace.
   echo; go run ./testenv/bench/bigworkspace --bin bin
@@ -26,9 +29,10 @@ out=.bench/results.md
   # Each package's Go benchmarks; the collector's ships 300k events per round, 5 rounds.
   # dnsguard: the latency the resolver adds per query, and a connect with 1k pinned addresses (issue 15);
   # secrets: the output redactor and the trail scrub of the credential surface (issue 13).
+  # collector/otel: the OTLP exporter's cost per call, built only and sent to a real collector (issue 28).
   # mcpserve: a tools/call through berm mcp serve against berm run, the proxy against the bare
   # MCP server (issue 24; needs npm and starts its own bermd).
-  for spec in "./rules 2s" "./collector 5x" "./agent/netguard 2s" "./agent/dnsguard 2s" "./agent/secrets 1s" "./cmd/internal/mcpserve 30x"; do
+  for spec in "./rules 2s" "./collector 5x" "./collector/otel 2000x" "./agent/netguard 2s" "./agent/dnsguard 2s" "./agent/secrets 1s" "./cmd/internal/mcpserve 30x"; do
     set -- $spec
     echo
     echo "## go test -bench $1"

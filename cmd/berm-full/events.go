@@ -22,7 +22,7 @@ import (
 
 func init() { extraCommands["events"] = cmdEvents }
 
-const eventsUsage = `usage: berm events [--since DUR] [--follow] [--call ID] [--tenant N] [--tool T] [--kind K[,K]]
+const eventsUsage = `usage: berm events [--since DUR] [--follow] [--call ID] [--tenant N] [--tool T] [--host N] [--kind K[,K]]
                    [--all] [--format json|tetragon] [--source S] [--state-dir DIR]
 
 One event per line, as JSON (the schema's field names: agent/event/FIELDS.md), or as Tetragon's
@@ -43,6 +43,7 @@ func cmdEvents(args []string) int {
 	all := fs.Bool("all", false, "also berm's own sandbox set-up (events of phase setup)")
 	format := fs.String("format", "json", "json or tetragon")
 	node := fs.String("node", "", "the node name written in tetragon format (default: this host's name)")
+	host := fs.String("host", "", "only the calls that ran on this node (bermd --node; a fleet's ClickHouse holds every node's)")
 	fs.SetOutput(os.Stderr)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -55,7 +56,7 @@ func cmdEvents(args []string) int {
 	if fs.NArg() > 0 {
 		return fail("events takes no arguments, got %q (a call is --call ID)", fs.Arg(0))
 	}
-	f := audit.EventFilter{Call: *call, Tenant: *tenant, Tool: *tool, Setup: *all}
+	f := audit.EventFilter{Call: *call, Tenant: *tenant, Tool: *tool, Node: *host, Setup: *all}
 	var err error
 	if f.Since, err = parseSince(*since); err != nil {
 		return fail("%v", err)

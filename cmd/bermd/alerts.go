@@ -18,7 +18,7 @@ var (
 )
 
 // startAlertWebhook follows the journal's alerts to --alert-webhook when one is given.
-func startAlertWebhook(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir string) error {
+func startAlertWebhook(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir, host string) error {
 	if *alertWebhook == "" {
 		if *alertWebhookSecret != "" {
 			return fmt.Errorf("--alert-webhook-secret needs --alert-webhook")
@@ -41,7 +41,6 @@ func startAlertWebhook(ctx context.Context, log *slog.Logger, reg prometheus.Reg
 			return fmt.Errorf("--alert-webhook-secret: %s is empty", *alertWebhookSecret)
 		}
 	}
-	host, _ := os.Hostname()
 	r, err := falco.New(falco.Config{StateDir: stateDir, URL: *alertWebhook, Secret: secret, Hostname: host, Registry: reg, Logger: log})
 	if err != nil {
 		return fmt.Errorf("--alert-webhook: %w", err)

@@ -49,6 +49,7 @@ func main() {
 	approversFile := flag.String("approvers", approval.DefaultApproversFile, "who may decide rules naming approvers: people (unix users, API tokens) and groups (root-owned; absent: the names root gives)")
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
+	nodeName := flag.String("node", "", "the node name this bermd's calls, spans and alerts carry (default: the host's name; in a fleet, each node's own, e.g. Kubernetes' spec.nodeName)")
 	accessFile := flag.String("access", "", "access file: the users and groups bermd serves besides root, by tenant (run, read, decide, policies); reloaded on SIGHUP (empty: root only)")
 	// No backquotes in a usage: the flag package takes a quoted word for the value's name.
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); berm run starts bermd on demand with 5m")
@@ -60,7 +61,7 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -136,6 +137,7 @@ type options struct {
 	approvalsDir, approvalsToken, webhookURL, webhookSecret, approvers string
 	dnsUpstream                                                        string
 	access                                                             string
+	node                                                               string // --node
 }
 
 func run(log *slog.Logger, o options) error {
@@ -156,6 +158,11 @@ func run(log *slog.Logger, o options) error {
 	}
 	if o.idleExit < 0 {
 		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
+	}
+	if o.node == "" {
+		if o.node, err = os.Hostname(); err != nil {
+			return fmt.Errorf("no --node and the host has no name: %w", err)
+		}
 	}
 	acc := access.RootOnly
 	if o.access != "" {
@@ -236,15 +243,15 @@ func run(log *slog.Logger, o options) error {
 	}
 	defer stopApprovals()
 	// Before the socket: the alerts of the first call are routed too.
-	if err := startAlertWebhook(ctx, log, reg, o.stateDir); err != nil {
+	if err := startAlertWebhook(ctx, log, reg, o.stateDir, o.node); err != nil {
 		return err
 	}
-	stopOTLP, err := startOTLP(ctx, log, reg, o.stateDir)
+	stopOTLP, err := startOTLP(ctx, log, reg, o.stateDir, o.node)
 	if err != nil {
 		return err
 	}
 	defer stopOTLP()
-	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals}
+	svc := &sandboxer.Service{Agent: a, Pool: pool, Init: initPath, Approvals: approvals, Node: o.node}
 	phases := daemon.NewPhaseMetrics(reg)
 	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)
@@ -268,7 +275,7 @@ func run(log *slog.Logger, o options) error {
 	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn); err != nil {
 		return err
 	}
-	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir, "idle_exit", o.idleExit)
+	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir, "node", o.node, "idle_exit", o.idleExit)
 	select {
 	case <-ctx.Done():
 		log.Info("bermd stopping")

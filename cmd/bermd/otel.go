@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,14 +19,13 @@ var (
 // startOTLP follows the journal's calls to --otlp-endpoint when one is given; the returned
 // stop ends it (a batch in flight is
 // exported again after a restart, with the same ids) and closes its connection.
-func startOTLP(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir string) (stop func(), err error) {
+func startOTLP(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir, host string) (stop func(), err error) {
 	if *otlpEndpoint == "" {
 		if *otlpProtocol != otel.ProtocolGRPC {
 			return nil, fmt.Errorf("--otlp-protocol needs --otlp-endpoint")
 		}
 		return func() {}, nil
 	}
-	host, _ := os.Hostname()
 	x, err := otel.New(otel.Config{StateDir: stateDir, Endpoint: *otlpEndpoint, Protocol: *otlpProtocol, Hostname: host, Registry: reg, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--otlp-endpoint: %w", err)

@@ -16,13 +16,16 @@ type EventFilter struct {
 	Call   string       // a call key, a caller's call id, or TENANT/ID
 	Tenant string       // only this tenant's calls
 	Tool   string       // only this tool's calls
+	Node   string       // only the calls of this node (their CallStart's node)
 	Kinds  []event.Kind // only these kinds
 	// Setup keeps the events of berm's own sandbox set-up (phase setup), which the CLI hides
 	// by default as `berm timeline` does.
 	Setup bool
 }
 
-// Match says whether e passes the filter.
+// Match says whether e passes the filter. An event does not carry its node: a source checks
+// Node against the call's start (MatchNode).
+
 func (f EventFilter) Match(e *event.Event) bool {
 	return (f.Since.IsZero() || !e.Time.Before(f.Since)) &&
 		(f.Call == "" || e.CallKey == f.Call || e.CallID == f.Call || e.Tenant+"/"+e.CallID == f.Call) &&
@@ -48,8 +51,22 @@ const followPoll = 200 * time.Millisecond
 // read on a later scan, once whole.
 func (j Journal) Events(ctx context.Context, f EventFilter, follow bool, fn func(event.Event) error) error {
 	pos := journal.Position{}
+	// the node of each call seen begun, when the filter names one (a journal is one node's, but
+	// a node renamed keeps its older calls under the old name)
+	var nodes map[string]string
+	if f.Node != "" {
+		nodes = map[string]string{}
+	}
 	for {
 		res, err := journal.Scan(j.Dir, pos, func(r journal.Record) error {
+			if r.Type == journal.TypeCallStart && nodes != nil {
+				s, err := journal.DecodeCallStart(r.Payload)
+				if err != nil {
+					return nil // the calls' reader reports it; its events are not this node's
+				}
+				nodes[s.Key()] = s.Node
+				return nil
+			}
 			if r.Type != journal.TypeEvents {
 				return nil
 			}
@@ -58,7 +75,7 @@ func (j Journal) Events(ctx context.Context, f EventFilter, follow bool, fn func
 				return fmt.Errorf("record at %s: %w", r.Pos, err)
 			}
 			for i := range batch {
-				if f.Match(&batch[i]) {
+				if f.Match(&batch[i]) && (nodes == nil || f.MatchNode(nodes[batch[i].Key()])) {
 					if err := fn(batch[i]); err != nil {
 						return err
 					}
@@ -86,3 +103,6 @@ func (j Journal) Events(ctx context.Context, f EventFilter, follow bool, fn func
 }
 
 var _ EventSource = Journal{}
+
+// MatchNode says whether a call begun on node passes the filter's Node.
+func (f EventFilter) MatchNode(node string) bool { return f.Node == "" || node == f.Node }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,5 +102,48 @@ func TestJournalEventsFollowGivesEachEventOnce(t *testing.T) {
 	case e := <-got:
 		t.Fatalf("an event given twice or from another tenant: %s", e.ID())
 	default:
+	}
+}
+
+// A node filter keeps the events of the calls begun on that node: the journal knows a call's
+// node from its CallStart (an event does not carry it).
+func TestJournalEventsOfANodeAreTheCallsBegunThere(t *testing.T) {
+	dir := t.TempDir()
+	w, err := journal.OpenWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	t0 := time.Unix(1700000000, 0)
+	for _, c := range []struct{ key, node string }{{"on-a", "node-a"}, {"on-b", "node-b"}} {
+		if err := w.AppendCallStart(&event.CallStart{CallID: "id-" + c.key, CallKey: c.key, Tenant: "acme", Tool: "sh", Node: c.node, Start: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.AppendEvents([]event.Event{ev("on-a", "acme", 1, event.KindExec, t0), ev("on-b", "acme", 1, event.KindExec, t0), ev("unbegun", "acme", 1, event.KindExec, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		node string
+		want []string
+	}{
+		{"", []string{"on-a", "on-b", "unbegun"}},
+		{"node-a", []string{"on-a"}},
+		{"node-b", []string{"on-b"}},
+		{"node-c", nil},
+	} {
+		t.Run("node "+tc.node, func(t *testing.T) {
+			var got []string
+			err := Journal{Dir: dir}.Events(context.Background(), EventFilter{Node: tc.node}, false, func(e event.Event) error {
+				got = append(got, e.CallKey)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("events of calls %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +57,8 @@ type Config struct {
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	// Queue bounds the calls read ahead of export (default 1024); the follower waits when it is
-	// full, so the journal, not memory, holds a backlog.
+	// full, so the journal, not memory, holds a backlog: nothing is dropped for a full queue,
+	// and berm_otlp_lag_seconds says how far behind the export is.
 	Queue int
 	Batch int // spans per export request at most (default 256)
 	// EventsPerCall bounds the span events (and alert log records) kept for one call (default
@@ -85,11 +88,15 @@ type Exporter struct {
 	traces coltracepb.TraceServiceClient
 	logs   collogspb.LogsServiceClient
 	client *http.Client
+	// oldest is the end (unix ns) of the oldest call read and not yet exported, 0 when none
+	// is: the head of the batch in flight (the follower reads the journal in order).
+	oldest atomic.Int64
 }
 
 type metrics struct {
 	exported, failures, dropped *prometheus.CounterVec
 	queued                      prometheus.Gauge
+	lag                         prometheus.GaugeFunc
 }
 
 // New checks cfg, registers the exporter's metrics and finds where export starts: the saved
@@ -136,6 +143,9 @@ func New(cfg Config) (*Exporter, error) {
 			[]string{"signal", "reason"}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "berm_otlp_queued", Help: "Calls read from the journal and not yet exported."}),
 	}
+	x.m.lag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berm_otlp_lag_seconds",
+		Help: "Seconds since the oldest call not yet exported ended (0: none waits). A full queue makes the exporter wait, not drop: the journal holds the calls behind it."},
+		x.lagSeconds)
 	saved, err := x.loadCursor()
 	if err != nil {
 		return nil, err
@@ -168,7 +178,7 @@ func New(cfg Config) (*Exporter, error) {
 		x.client = &http.Client{Timeout: cfg.Timeout}
 	}
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{x.m.exported, x.m.failures, x.m.dropped, x.m.queued} {
+		for _, c := range []prometheus.Collector{x.m.exported, x.m.failures, x.m.dropped, x.m.queued, x.m.lag} {
 			if err := cfg.Registry.Register(c); err != nil {
 				x.Close()
 				return nil, fmt.Errorf("otlp metrics: %w", err)
@@ -197,7 +207,19 @@ type cursor struct {
 type item struct {
 	span *tracepb.Span
 	logs []*logspb.LogRecord
-	at   cursor // the cursor once this call is exported
+	at   cursor    // the cursor once this call is exported
+	call string    // TENANT/CALL_ID, for the log line of a drop
+	end  time.Time // when the call ended, for the lag
+}
+
+// lagSeconds is berm_otlp_lag_seconds: how long the oldest call not yet exported has waited
+// since it ended.
+func (x *Exporter) lagSeconds() float64 {
+	ns := x.oldest.Load()
+	if ns == 0 {
+		return 0
+	}
+	return max(time.Since(time.Unix(0, ns)).Seconds(), 0)
 }
 
 // open is a call begun and not yet ended: what its span will carry.
@@ -235,7 +257,9 @@ func (x *Exporter) Run(ctx context.Context) error {
 			}
 		}
 		x.m.queued.Sub(float64(len(batch)))
+		x.oldest.Store(max(batch[0].end.UnixNano(), 1))
 		x.export(ctx, batch)
+		x.oldest.Store(0)
 		if ctx.Err() != nil {
 			return nil // not saved: the batch goes again after a restart
 		}
@@ -299,7 +323,7 @@ func (x *Exporter) follow(ctx context.Context, from cursor, q chan<- item) error
 			if o == nil {
 				o = &open{}
 			}
-			it := item{span: Span(r, o.events, o.dropped)}
+			it := item{span: Span(r, o.events, o.dropped), call: r.Tenant + "/" + r.CallID, end: r.End}
 			now := time.Now()
 			for _, a := range o.alerts {
 				it.logs = append(it.logs, AlertLog(a, &r.CallStart, now))
@@ -372,7 +396,11 @@ func (x *Exporter) export(ctx context.Context, batch []item) {
 	}
 	scope := &commonpb.InstrumentationScope{Name: "github.com/bermsec/berm/collector/otel", Version: x.cfg.Version}
 	treq := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{Resource: x.res, ScopeSpans: []*tracepb.ScopeSpans{{Scope: scope, Spans: spans}}}}}
-	x.retry(ctx, "spans", len(spans), func(ctx context.Context) (int64, error) {
+	calls := make([]string, 0, len(batch))
+	for _, it := range batch {
+		calls = append(calls, it.call)
+	}
+	x.retry(ctx, "spans", calls, func(ctx context.Context) (int64, error) {
 		if x.traces != nil {
 			resp, err := x.traces.Export(ctx, treq)
 			return resp.GetPartialSuccess().GetRejectedSpans(), err
@@ -385,7 +413,13 @@ func (x *Exporter) export(ctx context.Context, batch []item) {
 		return
 	}
 	lreq := &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{Resource: x.res, ScopeLogs: []*logspb.ScopeLogs{{Scope: scope, LogRecords: logs}}}}}
-	x.retry(ctx, "logs", len(logs), func(ctx context.Context) (int64, error) {
+	var alerted []string
+	for _, it := range batch {
+		for range it.logs {
+			alerted = append(alerted, it.call)
+		}
+	}
+	x.retry(ctx, "logs", alerted, func(ctx context.Context) (int64, error) {
 		if x.logs != nil {
 			resp, err := x.logs.Export(ctx, lreq)
 			return resp.GetPartialSuccess().GetRejectedLogRecords(), err
@@ -399,7 +433,10 @@ func (x *Exporter) export(ctx context.Context, batch []item) {
 // errPermanent marks a refusal that trying again will not change.
 var errPermanent = errors.New("refused")
 
-func (x *Exporter) retry(ctx context.Context, signal string, n int, send func(context.Context) (rejected int64, err error)) {
+// retry sends one request of signal, whose items belong to calls (TENANT/CALL_ID, one per
+// item): a drop's log line names them.
+func (x *Exporter) retry(ctx context.Context, signal string, calls []string, send func(context.Context) (rejected int64, err error)) {
+	n := len(calls)
 	wait := x.cfg.Backoff
 	for attempt := 1; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, x.cfg.Timeout)
@@ -410,7 +447,7 @@ func (x *Exporter) retry(ctx context.Context, signal string, n int, send func(co
 			x.m.exported.WithLabelValues(signal).Add(float64(int64(n) - rejected))
 			if rejected > 0 {
 				x.m.dropped.WithLabelValues(signal, "rejected").Add(float64(rejected))
-				x.log.Warn("otlp: the collector refused part of an export", "signal", signal, "rejected", rejected)
+				x.log.Warn("otlp: the collector refused part of an export", "signal", signal, "rejected", rejected, "calls", named(calls))
 			}
 			return
 		}
@@ -419,13 +456,13 @@ func (x *Exporter) retry(ctx context.Context, signal string, n int, send func(co
 		}
 		if !retryable(err) {
 			x.m.dropped.WithLabelValues(signal, "rejected").Add(float64(n))
-			x.log.Error("otlp: the collector refused an export", "signal", signal, "n", n, "err", err)
+			x.log.Error("otlp: the collector refused an export", "signal", signal, "n", n, "calls", named(calls), "err", err)
 			return
 		}
 		x.m.failures.WithLabelValues(signal).Inc()
 		if attempt >= x.cfg.Attempts {
 			x.m.dropped.WithLabelValues(signal, "undelivered").Add(float64(n))
-			x.log.Error("otlp: export dropped after every attempt failed", "signal", signal, "n", n, "attempts", attempt, "err", err)
+			x.log.Error("otlp: export dropped after every attempt failed", "signal", signal, "n", n, "calls", named(calls), "attempts", attempt, "err", err)
 			return
 		}
 		x.log.Warn("otlp: export failed, trying again", "signal", signal, "attempt", attempt, "in", wait, "err", err)
@@ -436,6 +473,30 @@ func (x *Exporter) retry(ctx context.Context, signal string, n int, send func(co
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+}
+
+// namedMax bounds the calls one log line names (a batch holds up to 256).
+const namedMax = 32
+
+// named is the calls of a dropped request for its log line: each once, at most namedMax, then
+// how many more.
+func named(calls []string) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range calls {
+		if seen[c] {
+			continue
+		}
+		seen[c] = true
+		if len(out) < namedMax {
+			out = append(out, c)
+		}
+	}
+	s := strings.Join(out, " ")
+	if len(seen) > namedMax {
+		s += fmt.Sprintf(" and %d more", len(seen)-namedMax)
+	}
+	return s
 }
 
 // retryable follows OTLP's rules: for gRPC the codes it names as transient, for HTTP 429, 502,

@@ -1,12 +1,15 @@
 package otel
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,7 +223,8 @@ func TestSpansWaitInTheJournalWhileTheCollectorIsDownAndNoneIsExportedTwiceAfter
 
 func TestAnExportThatFailsEveryAttemptIsDroppedAndCounted(t *testing.T) {
 	n := newNode(t)
-	stop, x := n.run(Config{Endpoint: "127.0.0.1:1", Attempts: 2, Timeout: time.Second})
+	var logs syncBuffer
+	stop, x := n.run(Config{Endpoint: "127.0.0.1:1", Attempts: 2, Timeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer stop()
 	n.call("lost")
 	deadline := time.Now().Add(time.Minute)
@@ -229,6 +233,51 @@ func TestAnExportThatFailsEveryAttemptIsDroppedAndCounted(t *testing.T) {
 			t.Fatal("the undeliverable span was never counted as dropped")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// the count has no call id (a label per call would grow without bound): the log line names it
+	if !strings.Contains(logs.String(), "export dropped after every attempt failed") || !strings.Contains(logs.String(), "calls=acme/lost") {
+		t.Errorf("the drop's log line does not name the call acme/lost:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer the exporter's goroutines may log to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestNamedListsEachCallOnceAndBoundsTheLine(t *testing.T) {
+	var many []string
+	for i := 0; i < namedMax+5; i++ {
+		many = append(many, fmt.Sprintf("acme/c%d", i), fmt.Sprintf("acme/c%d", i))
+	}
+	for _, tc := range []struct {
+		name  string
+		calls []string
+		want  string
+	}{
+		{"one call", []string{"acme/a"}, "acme/a"},
+		{"a call with two alerts is named once", []string{"acme/a", "acme/a", "beta/b"}, "acme/a beta/b"},
+		{"past the bound, how many more", many, "and 5 more"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := named(tc.calls)
+			if !strings.HasSuffix(got, tc.want) {
+				t.Errorf("named = %q, want it to end in %q", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -330,6 +379,87 @@ func TestDenialsAlertsAndApprovalsBecomeSpanEventsAndNothingElseDoes(t *testing.
 		}
 		if tc.name != "" && !carriesSpanEvents(raw) {
 			t.Errorf("%s: the journal record is skipped undecoded", tc.e.Kind)
+		}
+	}
+}
+
+// A full queue makes the exporter wait, not drop: a collector that stalls (stopped, its socket
+// open) holds up one export, the follower stops reading once the queue is full, the journal
+// holds the rest, berm_otlp_lag_seconds says how far behind the export is, and once the
+// collector runs again every call arrives, once, and nothing was dropped.
+func TestAStalledCollectorHoldsTheCallsInTheJournalAndTheLagSaysHowFarBehind(t *testing.T) {
+	c := otelcol.ForTest(t)
+	t.Cleanup(func() { _ = c.Resume() }) // before Down: a stopped collector does not flush
+	n := newNode(t)
+	// One export waits through the stall (no timeout, no retry: a retried request the stalled
+	// collector had buffered would arrive twice).
+	stop, x := n.run(Config{Endpoint: c.GRPC, Queue: 2, Batch: 1, Timeout: 10 * time.Minute})
+	defer stop()
+	n.call("stall-first")
+	waitSpans(t, c, 1)
+	if lag := x.lagSeconds(); lag != 0 {
+		t.Fatalf("lag %v with nothing waiting, want 0", lag)
+	}
+	if err := c.Stall(); err != nil {
+		t.Fatal(err)
+	}
+	const behind = 8
+	for i := 0; i < behind; i++ {
+		n.call(fmt.Sprintf("stall-%d", i))
+	}
+	// One in flight, two queued, one more read and waiting for room: the rest stay unread.
+	deadline := time.Now().Add(time.Minute)
+	for testutil.ToFloat64(x.m.queued) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower did not fill the queue: %v queued", testutil.ToFloat64(x.m.queued))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a follower that did not wait would read on meanwhile
+	if q := testutil.ToFloat64(x.m.queued); q != 3 {
+		t.Errorf("%v calls read ahead of a stalled export, want 3 (one in flight excluded): the follower must wait", q)
+	}
+	// the calls ended a minute ago (newNode's clock): the lag counts from there
+	if lag := x.lagSeconds(); lag < 59 {
+		t.Errorf("lag %v s while the collector stalls, want at least the minute since the oldest call ended", lag)
+	}
+	mfs, err := x.cfg.Registry.(*prometheus.Registry).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "berm_otlp_lag_seconds" && mf.GetMetric()[0].GetGauge().GetValue() > 0 {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("berm_otlp_lag_seconds is not in the registry, or 0 while the collector stalls")
+	}
+	if err := c.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	spans := waitSpans(t, c, 1+behind)
+	time.Sleep(300 * time.Millisecond) // a duplicate would land meanwhile
+	if spans, _, _ = c.Read(); len(spans) != 1+behind {
+		t.Errorf("%d spans after the stall, want %d", len(spans), 1+behind)
+	}
+	names := spanNames(spans)
+	for i := 0; i < behind; i++ {
+		if id := fmt.Sprintf("stall-%d", i); names[id] != 1 {
+			t.Errorf("call %s exported %d times, want once", id, names[id])
+		}
+	}
+	for _, sig := range []string{"spans", "logs"} {
+		for _, reason := range []string{"rejected", "undelivered"} {
+			if d := testutil.ToFloat64(x.m.dropped.WithLabelValues(sig, reason)); d != 0 {
+				t.Errorf("%v %s dropped (%s) across a stall, want none", d, sig, reason)
+			}
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); x.lagSeconds() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lag %v after every call was exported, want 0", x.lagSeconds())
 		}
 	}
 }

@@ -265,6 +265,14 @@ func (c *Collector) Down() {
 	c.proc = nil
 }
 
+// Stall stops the collector's process where it is (SIGSTOP): its sockets stay open and take
+// what the kernel buffers, nothing is answered, until Resume. A collector that stalls, not one
+// that is down.
+func (c *Collector) Stall() error { return c.proc.Cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume lets a stalled collector run again (SIGCONT).
+func (c *Collector) Resume() error { return c.proc.Cmd.Process.Signal(syscall.SIGCONT) }
+
 // Log is the end of the collector's log, for failure messages.
 func (c *Collector) Log() string { return testutil.LogTail(c.logPath()) }
 
