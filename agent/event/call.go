@@ -96,6 +96,39 @@ type CallRecord struct {
 	Surfaces []SurfaceState `json:"surfaces,omitempty" ch:"-"`
 	// Credentials are the brokered credentials the call received (names and fingerprints).
 	Credentials []CredentialUse `json:"credentials,omitempty"`
+	// Alerts are the call's alerts in the order they fired, the first MaxRecordAlerts of them;
+	// AlertsOmitted counts the ones past that bound (Counts.Alert is every one of them).
+	Alerts []AlertRef `json:"alerts,omitempty"`
+	// AlertsOmitted are the call's alerts not in Alerts: past its bound of MaxRecordAlerts.
+	AlertsOmitted uint64 `json:"alerts_omitted,omitempty"`
+}
+
+// MaxRecordAlerts bounds a record's list of alerts: a call that trips rules in a loop has a
+// record of bounded size, and says how many it left out (CallRecord.AlertsOmitted).
+const MaxRecordAlerts = 64
+
+// AlertRef is one alert of a call, as its record lists it: which rule, how bad, and where it
+// is in the call's trail (berm timeline shows the alert event and the event that tripped it).
+type AlertRef struct {
+	Seq      uint64 `json:"seq"`       // the alert event's place in the call's trail
+	EventSeq uint64 `json:"event_seq"` // the event that tripped the rule (0: none, an alert of the call as a whole)
+	RuleID   string `json:"rule_id"`   // the rule's id
+	Severity string `json:"severity"`  // info, low, medium, high, critical
+	Title    string `json:"title"`     // the rule's title
+	Surface  string `json:"surface"`   // the surface the rule guards
+}
+
+// AppendAlert lists the alert event ev after list, or counts it in omitted past the bound of
+// MaxRecordAlerts.
+func AppendAlert(list []AlertRef, omitted uint64, ev *Event) ([]AlertRef, uint64) {
+	if ev.Alert == nil {
+		return list, omitted
+	}
+	if len(list) >= MaxRecordAlerts {
+		return list, omitted + 1
+	}
+	a := ev.Alert
+	return append(list, AlertRef{Seq: ev.Seq, EventSeq: a.EventSeq, RuleID: a.RuleID, Severity: a.Severity, Title: a.Title, Surface: a.Surface}), omitted
 }
 
 // SurfaceState is how one surface stood for a call.
