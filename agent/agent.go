@@ -690,10 +690,13 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 	if (fatal != "" || res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS)) && c.policy != nil {
 		if detail, ok := c.policy.FatalEnd(fatal); ok {
 			res.Reason, res.Detail = event.EndPolicyKill, detail
+			if res.ExitSignal != 0 {
+				res.ExitStatus, _ = event.EndedStatus(event.EndPolicyKill)
+			}
 		}
 	}
 	rec := &event.CallRecord{
-		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
+		RecordVersion: event.RecordVersion, CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
 		Syscalls: map[string]uint64{}, Denials: denials,
