@@ -282,10 +282,13 @@ type Call struct {
 	counts  event.Counts
 	denials map[string]uint64
 	alerts  map[string]uint64 // surface -> alerts
-	limits  uint64            // cap hits
-	procs   map[uint32]string // pid -> executable
-	pending []event.Event
-	agg     aggregator
+	// alertList and alertsOmitted are the record's list of alerts (event.AppendAlert).
+	alertList     []event.AlertRef
+	alertsOmitted uint64
+	limits        uint64            // cap hits
+	procs         map[uint32]string // pid -> executable
+	pending       []event.Event
+	agg           aggregator
 	// leaksSeen: the live secrets already recorded as found in this call's trail, by owner,
 	// name, place and encoding (credentials.go).
 	leaksSeen map[string]bool
@@ -662,6 +665,7 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	rec.Complete = len(incomplete) == 0
 	rec.IncompleteReason = strings.Join(incomplete, "; ")
 	rec.Surfaces = c.surfaces(rec, c.alerts, c.limits)
+	rec.Alerts, rec.AlertsOmitted = c.alertList, c.alertsOmitted
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
@@ -686,10 +690,13 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 	if (fatal != "" || res.Reason == event.EndSignal && res.ExitSignal == int(unix.SIGSYS)) && c.policy != nil {
 		if detail, ok := c.policy.FatalEnd(fatal); ok {
 			res.Reason, res.Detail = event.EndPolicyKill, detail
+			if res.ExitSignal != 0 {
+				res.ExitStatus, _ = event.EndedStatus(event.EndPolicyKill)
+			}
 		}
 	}
 	rec := &event.CallRecord{
-		CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
+		RecordVersion: event.RecordVersion, CallStart: c.Start, End: time.Now(), EndReason: res.Reason, EndDetail: res.Detail,
 		ExitStatus: res.ExitStatus, ExitCode: res.ExitCode, ExitSignal: res.ExitSignal,
 		Limits: res.Limits, CPUTimeNs: res.CPUTimeNs, PeakMemory: res.PeakMemory, OutputBytes: res.OutputBytes,
 		Syscalls: map[string]uint64{}, Denials: denials,
@@ -849,6 +856,7 @@ func (a *Agent) record(c *Call, ev *event.Event) {
 		}
 		if ev.Kind == event.KindAlert && ev.Alert != nil {
 			c.alerts[ev.Alert.Surface]++
+			c.alertList, c.alertsOmitted = event.AppendAlert(c.alertList, c.alertsOmitted, ev)
 		}
 		if ev.Kind == event.KindLimit {
 			c.limits++

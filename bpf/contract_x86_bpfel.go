@@ -103,7 +103,7 @@ type WireBermExec struct {
 	ExeMode  uint32
 	ExeNlink uint32
 	Euid     uint32
-	Pad      uint32
+	Egid     uint32
 	ExeName  [64]int8
 	Filename WireBermStr
 	ExePath  WireBermStr

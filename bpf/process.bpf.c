@@ -72,8 +72,11 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 	off += plen;
 	e->exe_mode = BPF_CORE_READ(file, f_inode, i_mode);
 	e->exe_nlink = BPF_CORE_READ(file, f_inode, __i_nlink);
-	e->euid = BPF_CORE_READ(bprm, cred, euid.val);
-	e->pad = 0;
+	/* The task's own credentials, committed by the exec: bprm->cred is NULL by now (the exec
+	 * handed it to the task), and read as 0. kuid/kgid: the ids in the initial user namespace,
+	 * what the host sees (a tool's uid inside its own user namespace maps to one of these). */
+	e->euid = BPF_CORE_READ(p, cred, euid.val);
+	e->egid = BPF_CORE_READ(p, cred, egid.val);
 	if (bpf_probe_read_kernel_str(e->exe_name, sizeof(e->exe_name),
 				      BPF_CORE_READ(file, f_path.dentry, d_name.name)) < 0)
 		e->exe_name[0] = 0;

@@ -173,6 +173,8 @@ func (sc *scanner) exec(x *event.Exec) {
 	}
 	sc.need(`,"euid":`)
 	x.EUID = sc.uint32()
+	sc.need(`,"egid":`)
+	x.EGID = sc.uint32()
 	if sc.has(`,"args_len":`) {
 		x.ArgsLen = sc.uint32()
 		sc.check(x.ArgsLen != 0)

@@ -122,8 +122,8 @@ func TestCapsEndTheCallWithTheirReason(t *testing.T) {
 			state := t.TempDir()
 			id := "cap-" + tc.name
 			r := run(t, state, append([]string{"--call-id", id}, tc.args...)...)
-			if r.Exit != 137 {
-				t.Errorf("exit status %d, want 137 (killed)\nstderr: %s", r.Exit, r.Stderr)
+			if want, _ := event.EndedStatus(tc.reason); r.Exit != want {
+				t.Errorf("exit status %d, want %d (berm ended the call: %s)\nstderr: %s", r.Exit, want, tc.reason, r.Stderr)
 			}
 			if !strings.Contains(r.Stderr, string(tc.reason)) {
 				t.Errorf("berm run did not print the end reason %q: %s", tc.reason, r.Stderr)

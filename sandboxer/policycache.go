@@ -40,7 +40,7 @@ func (c *policyCache) load(path string) (*policy.Policy, error) {
 	c.mu.Lock()
 	e, ok := c.entries[path]
 	c.mu.Unlock()
-	if ok && e.sum == sum {
+	if ok && e.sum == sum && parentsUnchanged(e.p) {
 		return e.p.Clone(), nil
 	}
 	p, err := policy.Parse(path, data)
@@ -55,4 +55,16 @@ func (c *policyCache) load(path string) (*policy.Policy, error) {
 	c.entries[path] = policyEntry{sum: sum, p: p.Clone()}
 	c.mu.Unlock()
 	return p, nil
+}
+
+// parentsUnchanged says whether the policy files p extends still hold the text it was parsed
+// from: a changed parent is a changed policy.
+func parentsUnchanged(p *policy.Policy) bool {
+	for _, par := range p.Parents {
+		data, err := os.ReadFile(par.Path)
+		if err != nil || sha256.Sum256(data) != par.Sum {
+			return false
+		}
+	}
+	return true
 }

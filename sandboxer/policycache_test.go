@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bermsec/berm/agent/policy"
@@ -108,5 +109,42 @@ func TestPolicyCacheKeepsNoFailure(t *testing.T) {
 	p, err := c.load(path)
 	if err != nil || p.Metadata.Name != "cache-a" {
 		t.Fatalf("fixed file: %v %v", p, err)
+	}
+}
+
+// A policy that extends another file is parsed again when that parent changed, though its own
+// bytes did not: the parent is an input of the parse too.
+func TestPolicyCacheParsesAgainWhenAParentChanged(t *testing.T) {
+	dir := t.TempDir()
+	parent, child := filepath.Join(dir, "parent.yaml"), filepath.Join(dir, "child.yaml")
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(parent, cachePolicyA)
+	write(child, "apiVersion: berm.dev/v1alpha1\nkind: ToolPolicy\nmetadata: {name: child}\nextends: parent.yaml\nspec: {mode: enforce}\n")
+	c := &policyCache{max: 256}
+	for i, tc := range []struct {
+		name   string
+		parent string
+		read   []string
+		parses int
+	}{
+		{"the first load parses", "", []string{"/usr/bin", "/etc"}, 1},
+		{"an unchanged chain is served from the cache", "", []string{"/usr/bin", "/etc"}, 1},
+		{"a changed parent is parsed again", strings.Replace(cachePolicyA, "/etc]", "/opt]", 1), []string{"/usr/bin", "/opt"}, 2},
+	} {
+		if tc.parent != "" {
+			write(parent, tc.parent)
+		}
+		p, err := c.load(child)
+		if err != nil {
+			t.Fatalf("%d %s: %v", i, tc.name, err)
+		}
+		if !reflect.DeepEqual(p.Spec.Filesystem.Read, tc.read) || c.parses != tc.parses {
+			t.Errorf("%s: read %v after %d parses, want %v after %d", tc.name, p.Spec.Filesystem.Read, c.parses, tc.read, tc.parses)
+		}
 	}
 }

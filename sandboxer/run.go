@@ -37,7 +37,9 @@ type Spec struct {
 	CallID, Tool, Tenant string
 	// Node is the node name the call's records carry (empty: the host's name): a node of a
 	// fleet names itself (bermd --node), so its calls stay apart from its neighbours'.
-	Node      string
+	Node string
+	// Messages takes berm's own lines about the call (berm run --messages); nil: stderr.
+	Messages  io.Writer
 	Argv      []string
 	Workspace string // bind-mounted read-write, the working directory
 	// Env is the tool's whole environment. Who the tool runs as is not the caller's to say: its
@@ -114,6 +116,13 @@ func (s *Spec) validate() error {
 	return nil
 }
 
+func (s *Spec) messages() io.Writer {
+	if s.Messages != nil {
+		return s.Messages
+	}
+	return os.Stderr
+}
+
 // Outcome is a finished call.
 type Outcome struct {
 	Record     *event.CallRecord
@@ -182,7 +191,8 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	if record == nil {
 		return nil, err
 	}
-	return &Outcome{Record: record, ExitStatus: res.ExitStatus}, err
+	// The record's status: the agent names a fatal syscall's kill (policy_kill) there.
+	return &Outcome{Record: record, ExitStatus: record.ExitStatus}, err
 }
 
 // prepared is what a call holds before it has a sandbox: its workspace open, its compiled
@@ -271,7 +281,7 @@ func claimSandbox(spec Spec, env *callEnv, wsDir *workspaceDir) (sb *sandbox, di
 		}
 		// Calls whose launcher was killed left their (empty) cgroups behind: clear them first.
 		if _, err := cgroup.ReapStale(); err != nil {
-			fmt.Fprintf(os.Stderr, "berm: warning: stale calls: %v\n", err)
+			fmt.Fprintf(spec.messages(), "berm: warning: stale calls: %v\n", err)
 		}
 		layout, err := hostLayout()
 		if err != nil {
@@ -721,13 +731,23 @@ func endReason(look capLook, lim event.Limits) (capHit, bool) {
 func endStatus(res agent.Result, reason event.EndReason, detail string, late bool, st sandboxinit.Status, waitErr error) agent.Result {
 	switch {
 	case reason != "":
+		// berm killed the tool: the status says so (event.EndedStatus), distinct from a tool
+		// that died of SIGKILL on its own; the record keeps the tool's SIGKILL.
 		res.Reason, res.Detail = reason, detail
-		res.ExitSignal, res.ExitStatus = int(unix.SIGKILL), 128+int(unix.SIGKILL)
+		status, ok := event.EndedStatus(reason)
+		if !ok {
+			status = 128 + int(unix.SIGKILL)
+		}
+		res.ExitSignal, res.ExitStatus = int(unix.SIGKILL), status
 		switch {
 		case st.Exited && (late || reason == event.EndInterrupted || reason == event.EndClientLost):
 			res.ExitSignal, res.ExitCode, res.ExitStatus = 0, st.Code, st.Code
 		case late && st.Signal != 0:
 			res.ExitSignal, res.ExitStatus = st.Signal, 128+st.Signal
+			if reason == event.EndMemoryLimit && st.Signal == int(unix.SIGKILL) {
+				// The memory cap's OOM killer killed the tool: the cap ended the call.
+				res.ExitStatus = status
+			}
 		}
 	case st.Error != "" && !st.Started:
 		res.Reason, res.Detail = event.EndSetupFailed, st.Error

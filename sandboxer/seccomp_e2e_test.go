@@ -102,7 +102,7 @@ flood("after", -1)`
 	if rec.EndReason == event.EndPolicyKill && !strings.Contains(rec.EndDetail, "not seen") {
 		t.Errorf("the fatal attempt's event was seen: the stall did not hold")
 	}
-	if out.ExitStatus != 128+int(unix.SIGSYS) || strings.Contains(stdout.String(), "survived") {
+	if out.ExitStatus != event.StatusPolicyKill || strings.Contains(stdout.String(), "survived") {
 		t.Fatalf("exit %d, stdout %q, stderr %q: the call survived its fatal syscall", out.ExitStatus, stdout.String(), stderr.String())
 	}
 	if rec.EndReason != event.EndPolicyKill || !strings.Contains(rec.EndDetail, "ptrace") {

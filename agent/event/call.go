@@ -59,25 +59,33 @@ type Limits struct {
 	TmpBytes    int64         `json:"tmp_bytes"`    // size of the private /tmp
 }
 
+// RecordVersion is the version of the call record's JSON (sandboxer/RECORD.md): it grows when
+// a field is removed, renamed or changes its meaning; a new field keeps it. Records written
+// before it existed have none (0).
+const RecordVersion = 1
+
 // CallRecord is the summary of one finished call.
 type CallRecord struct {
 	CallStart
-	End          time.Time         `json:"end"`                   // when the call ended
-	ExitStatus   int               `json:"exit_status"`           // what berm run exits with: the code, or 128+signal
-	ExitCode     int               `json:"exit_code"`             // the tool's exit code
-	ExitSignal   int               `json:"exit_signal,omitempty"` // the signal that killed the tool
-	EndReason    EndReason         `json:"end_reason"`            // why the call ended
-	EndDetail    string            `json:"end_detail,omitempty"`  // more on the end, in words
-	Limits       Limits            `json:"limits"`                // the caps the call ran under
-	CPUTimeNs    uint64            `json:"cpu_time_ns"`           // CPU time of the call's cgroup
-	PeakMemory   uint64            `json:"peak_memory_bytes"`     // peak memory of the call's cgroup
-	OutputBytes  int64             `json:"output_bytes"`          // stdout+stderr the tool wrote
-	Syscalls     map[string]uint64 `json:"syscalls"`              // name -> count, aggregated in the kernel
-	SyscallTotal uint64            `json:"syscall_total"`         // syscalls of the call, all of them
-	Counts       Counts            `json:"counts"`                // events per kind
-	Denials      map[string]uint64 `json:"denials"`               // surface -> count
-	Dropped      Drop              `json:"dropped"`               // events lost, and where
-	Events       uint64            `json:"events"`                // events recorded for the call
+	// RecordVersion is the version of this JSON's schema (RecordVersion when written; 0 in
+	// records written before there was one).
+	RecordVersion int               `json:"record_version"`
+	End           time.Time         `json:"end"`                   // when the call ended
+	ExitStatus    int               `json:"exit_status"`           // what berm run exits with: the tool's code or 128+signal, or the status of the end berm made (EndedStatus)
+	ExitCode      int               `json:"exit_code"`             // the tool's exit code
+	ExitSignal    int               `json:"exit_signal,omitempty"` // the signal that killed the tool
+	EndReason     EndReason         `json:"end_reason"`            // why the call ended
+	EndDetail     string            `json:"end_detail,omitempty"`  // more on the end, in words
+	Limits        Limits            `json:"limits"`                // the caps the call ran under
+	CPUTimeNs     uint64            `json:"cpu_time_ns"`           // CPU time of the call's cgroup
+	PeakMemory    uint64            `json:"peak_memory_bytes"`     // peak memory of the call's cgroup
+	OutputBytes   int64             `json:"output_bytes"`          // stdout+stderr the tool wrote
+	Syscalls      map[string]uint64 `json:"syscalls"`              // name -> count, aggregated in the kernel
+	SyscallTotal  uint64            `json:"syscall_total"`         // syscalls of the call, all of them
+	Counts        Counts            `json:"counts"`                // events per kind
+	Denials       map[string]uint64 `json:"denials"`               // surface -> count
+	Dropped       Drop              `json:"dropped"`               // events lost, and where
+	Events        uint64            `json:"events"`                // events recorded for the call
 	// Aggregated are events past the call's event budget, recorded as counts per kind and
 	// object (aggregate events) instead of one by one.
 	Aggregated uint64 `json:"aggregated,omitempty" ch:"aggregated"`
@@ -96,6 +104,39 @@ type CallRecord struct {
 	Surfaces []SurfaceState `json:"surfaces,omitempty" ch:"-"`
 	// Credentials are the brokered credentials the call received (names and fingerprints).
 	Credentials []CredentialUse `json:"credentials,omitempty"`
+	// Alerts are the call's alerts in the order they fired, the first MaxRecordAlerts of them;
+	// AlertsOmitted counts the ones past that bound (Counts.Alert is every one of them).
+	Alerts []AlertRef `json:"alerts,omitempty"`
+	// AlertsOmitted are the call's alerts not in Alerts: past its bound of MaxRecordAlerts.
+	AlertsOmitted uint64 `json:"alerts_omitted,omitempty"`
+}
+
+// MaxRecordAlerts bounds a record's list of alerts: a call that trips rules in a loop has a
+// record of bounded size, and says how many it left out (CallRecord.AlertsOmitted).
+const MaxRecordAlerts = 64
+
+// AlertRef is one alert of a call, as its record lists it: which rule, how bad, and where it
+// is in the call's trail (berm timeline shows the alert event and the event that tripped it).
+type AlertRef struct {
+	Seq      uint64 `json:"seq"`       // the alert event's place in the call's trail
+	EventSeq uint64 `json:"event_seq"` // the event that tripped the rule (0: none, an alert of the call as a whole)
+	RuleID   string `json:"rule_id"`   // the rule's id
+	Severity string `json:"severity"`  // info, low, medium, high, critical
+	Title    string `json:"title"`     // the rule's title
+	Surface  string `json:"surface"`   // the surface the rule guards
+}
+
+// AppendAlert lists the alert event ev after list, or counts it in omitted past the bound of
+// MaxRecordAlerts.
+func AppendAlert(list []AlertRef, omitted uint64, ev *Event) ([]AlertRef, uint64) {
+	if ev.Alert == nil {
+		return list, omitted
+	}
+	if len(list) >= MaxRecordAlerts {
+		return list, omitted + 1
+	}
+	a := ev.Alert
+	return append(list, AlertRef{Seq: ev.Seq, EventSeq: a.EventSeq, RuleID: a.RuleID, Severity: a.Severity, Title: a.Title, Surface: a.Surface}), omitted
 }
 
 // SurfaceState is how one surface stood for a call.

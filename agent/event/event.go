@@ -130,8 +130,12 @@ type Exec struct {
 	Deleted   bool     `json:"deleted,omitempty"`   // the file had no links (deleted, or a memfd)
 	ExeName   string   `json:"exe_name,omitempty"`  // dentry name; "memfd:..." for a memfd
 	ExePath   string   `json:"exe_path,omitempty"`  // the kernel's path of the executed file (after symlinks, for an fd too); empty if too long
-	EUID      uint32   `json:"euid"`                // effective uid after the exec
-	ArgsLen   uint32   `json:"args_len,omitempty"`  // argv's whole length in bytes (NUL-separated), recorded or not
+	// EUID and EGID are the effective ids after the exec as the kernel sees them: in the
+	// initial user namespace (the host's), whatever the tool's own user namespace calls them
+	// (a tool running as 1000 in its sandbox is its call's own host uid here).
+	EUID    uint32 `json:"euid"`
+	EGID    uint32 `json:"egid"`               // effective gid after the exec, in the initial user namespace
+	ArgsLen uint32 `json:"args_len,omitempty"` // argv's whole length in bytes (NUL-separated), recorded or not
 	// The environment is scanned for other calls' live secrets and never recorded, only its size.
 	EnvLen       uint32 `json:"env_len,omitempty"`       // the environment's whole length in bytes (NUL-separated NAME=value)
 	EnvTruncated bool   `json:"env_truncated,omitempty"` // longer than the kernel's 8 KiB buffer: its end was not scanned for secrets

@@ -27,8 +27,7 @@ func Load(path string) (*Policy, error) {
 
 // Parse validates policy text; name is the file name used in errors.
 func Parse(name string, data []byte) (*Policy, error) {
-	base := Strict().Spec
-	return parse(name, data, &base)
+	return parseExtending(name, data, nil)
 }
 
 // parse decodes data over base (the strict spec; nil while parsing the strict file itself,

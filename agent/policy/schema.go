@@ -22,10 +22,17 @@ func (d *decoder) policy(root *yaml.Node, p *Policy) {
 			}, "name")
 		},
 		// extends names the parent whose values the fields left out take and whose lists the
-		// additive form ({add, remove}) changes: the built-in strict policy, the only parent
-		// today (and the parent when extends is left out).
-		"extends": func(n *yaml.Node, f string) { var s string; d.oneOf(n, f, &s, "strict") },
-		"spec":    func(n *yaml.Node, f string) { d.spec(n, f, &p.Spec) },
+		// additive form ({add, remove}) changes: the built-in strict policy (the parent when
+		// extends is left out), or another policy file, relative to this one (extends.go
+		// reads it before this document is decoded).
+		"extends": func(n *yaml.Node, f string) {
+			var s string
+			d.str(n, f, &s)
+			if s == "" && n.Tag == "!!str" {
+				d.fail(n, f, "expected strict or a policy file's path, got %s", describe(n))
+			}
+		},
+		"spec": func(n *yaml.Node, f string) { d.spec(n, f, &p.Spec) },
 	}, "apiVersion", "kind", "metadata", "spec")
 }
 

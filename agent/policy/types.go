@@ -27,8 +27,10 @@ type Policy struct {
 	Metadata   Metadata
 	Spec       Spec
 
-	File string         // where it was read from; "<strict>" for the built-in policy
-	pos  map[string]pos // field path -> where its value is, for errors found while compiling
+	File string // where it was read from; "<strict>" for the built-in policy
+	// Parents are the policy files it extends, nearest first (none: it extends strict).
+	Parents []Parent
+	pos     map[string]pos // field path -> where its value is, for errors found while compiling
 }
 
 type Metadata struct {

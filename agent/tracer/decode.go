@@ -43,6 +43,7 @@ func decodeExec(e *bpf.WireBermExec, b []byte, ev *event.Event) error {
 		Deleted:   e.ExeNlink == 0,
 		ExeName:   wire.CString(e.ExeName[:]),
 		EUID:      e.Euid,
+		EGID:      e.Egid,
 	}
 	// a cut path would name another file: only a whole one is kept
 	if !exePath.Truncated {

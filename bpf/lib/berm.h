@@ -86,8 +86,8 @@ struct berm_exec {
 	struct berm_hdr hdr;
 	__u32 exe_mode;  /* i_mode of the executed file (setuid/setgid bits) */
 	__u32 exe_nlink; /* 0: the file was deleted (or is a memfd) */
-	__u32 euid;      /* effective uid after exec */
-	__u32 pad;
+	__u32 euid;      /* effective uid after exec, as the kernel sees it (kuid in the initial user ns) */
+	__u32 egid;      /* effective gid after exec, likewise */
 	char exe_name[64]; /* dentry name of the executed file ("memfd:x" for memfds) */
 	struct berm_str filename; /* as passed to execve */
 	struct berm_str exe_path; /* the kernel's path of the executed file (dentry walk), at most BERM_EXE_PATH_MAX - 1 bytes */

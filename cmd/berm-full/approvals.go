@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -27,7 +28,7 @@ func init() {
 // embeddedApprovals is the embedded run's broker, serving the approval API on a socket of
 // its own while the call runs, when the call's policy holds actions for approval. stop ends
 // the API (nil broker: nothing to stop).
-func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Relay, live approval.Scrubber, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
+func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, msgs io.Writer, term *ptyrelay.Relay, live approval.Scrubber, webhookURL, webhookSecret string) (b *approval.Broker, stop func() error, err error) {
 	stop = func() error { return nil }
 	if len(spec.Policy.Spec.Approvals.Rules) == 0 || spec.Policy.Spec.Mode != policy.Enforce {
 		return nil, stop, nil
@@ -45,7 +46,7 @@ func embeddedApprovals(spec sandboxer.Spec, log *slog.Logger, term *ptyrelay.Rel
 	}
 	// With a terminal, the person at it is asked (as sudo asks); without one, a line on
 	// stderr says how to decide from another terminal.
-	var prompt approval.Prompter = stderrNotice{}
+	var prompt approval.Prompter = stderrNotice{msgs}
 	if term != nil {
 		prompt = ttyPrompt{term}
 	}
@@ -101,11 +102,12 @@ func question(r *approval.Request) string {
 	return b.String()
 }
 
-// stderrNotice asks nobody: it says on stderr that a request waits and how to decide it.
-type stderrNotice struct{}
+// stderrNotice asks nobody: it says on berm's messages (stderr, or --messages) that a
+// request waits and how to decide it.
+type stderrNotice struct{ w io.Writer }
 
-func (stderrNotice) Ask(r *approval.Request, _ <-chan struct{}) (bool, string, string, bool) {
-	fmt.Fprintf(os.Stderr, "berm: waiting for approval %s: %s %s (rule %s); decide with berm approve %s or berm deny %s (no answer by %s denies)\n",
+func (n stderrNotice) Ask(r *approval.Request, _ <-chan struct{}) (bool, string, string, bool) {
+	fmt.Fprintf(n.w, "berm: waiting for approval %s: %s %s (rule %s); decide with berm approve %s or berm deny %s (no answer by %s denies)\n",
 		r.ID, r.Action, approval.EscapeControls(r.Object), r.Rule, r.ID, r.ID, r.Deadline.Format(time.TimeOnly))
 	return false, "", "", false
 }

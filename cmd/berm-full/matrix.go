@@ -35,6 +35,11 @@ func cmdMatrix(args []string) int {
 		return fail("%v", err)
 	}
 	m := audit.FoldMatrix(rows)
+	reasons, err := audit.SourceMatrixReasons(src, f, *surface)
+	if err != nil {
+		return fail("%v", err)
+	}
+	m.AddReasons(reasons)
 	if *surface != "" {
 		m = m.Only(*surface)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -117,6 +118,7 @@ func cmdTimeline(args []string) int {
 	all := fs.Bool("all", false, "also show berm's own sandbox set-up (events of phase setup)")
 	kinds := fs.String("kind", "", "only events of these kinds, K[,K] (exec, open, syscall, denial, alert, ...)")
 	pid := fs.String("pid", "", "only events of this process (host pid)")
+	follow := fs.Bool("follow", false, "print the events of a running call as they come, until it ends (with --json: one event a line, then the call with its record)")
 	// Flags may follow the call id.
 	var id string
 	rest := args
@@ -133,7 +135,7 @@ func cmdTimeline(args []string) int {
 		id, rest = fs.Arg(0), fs.Args()[1:]
 	}
 	if id == "" {
-		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--kind K[,K]] [--pid P] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
+		fmt.Fprintln(os.Stderr, "usage: berm timeline [--json] [--all] [--follow] [--kind K[,K]] [--pid P] [--source S] CALL_ID|CALL_KEY|TENANT/CALL_ID")
 		return 2
 	}
 	filter, err := parseTimelineFilter(*kinds, *pid)
@@ -146,6 +148,10 @@ func cmdTimeline(args []string) int {
 		return fail("%v", err)
 	}
 	defer closeSrc()
+	keep := func(e *event.Event) bool { return (*all || e.Phase != event.PhaseSetup) && filter.keep(e) }
+	if *follow {
+		return followTimeline(src, id, keep, *asJSON, sourceName(*stateDir, *source))
+	}
 	call, evs, err := src.Timeline(id)
 	if errors.Is(err, audit.ErrNoCall) {
 		return fail("no call %q in %s", id, sourceName(*stateDir, *source))
@@ -153,7 +159,7 @@ func cmdTimeline(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	evs = slices.DeleteFunc(evs, func(e event.Event) bool { return !*all && e.Phase == event.PhaseSetup || !filter.keep(&e) })
+	evs = slices.DeleteFunc(evs, func(e event.Event) bool { return !keep(&e) })
 	if *asJSON {
 		err = audit.PrintTimelineJSON(os.Stdout, call, evs)
 	} else {
@@ -163,6 +169,63 @@ func cmdTimeline(args []string) int {
 		return fail("%v", err)
 	}
 	return 0
+}
+
+// followPoll is how often berm timeline --follow reads the trail of a running call again.
+const followPoll = 200 * time.Millisecond
+
+// followTimeline prints a call's events as its trail gets them, until the call has its
+// record. A call whose writer died has none: it is followed until interrupted.
+func followTimeline(src audit.Source, id string, keep func(*event.Event) bool, asJSON bool, name string) int {
+	var last uint64
+	header := false
+	enc := json.NewEncoder(os.Stdout)
+	for {
+		call, evs, err := src.Timeline(id)
+		if errors.Is(err, audit.ErrNoCall) {
+			return fail("no call %q in %s", id, name)
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		if !header && !asJSON {
+			// The start only: the end is printed when it comes.
+			start := *call
+			start.Record = nil
+			audit.PrintTimelineHeader(os.Stdout, &start)
+		}
+		var fresh []event.Event
+		for _, e := range evs {
+			if e.Seq > last {
+				last = e.Seq
+				if keep(&e) {
+					fresh = append(fresh, e)
+				}
+			}
+		}
+		if asJSON {
+			for i := range fresh {
+				if err := enc.Encode(&fresh[i]); err != nil {
+					return fail("%v", err)
+				}
+			}
+		} else if err := audit.PrintEvents(os.Stdout, call.Start.Start, fresh, !header); err != nil {
+			return fail("%v", err)
+		}
+		header = true
+		if call.Record != nil {
+			if asJSON {
+				if err := enc.Encode(audit.TimelineJSON{Call: call, Events: []event.Event{}}); err != nil {
+					return fail("%v", err)
+				}
+			} else {
+				fmt.Println()
+				audit.PrintTimelineHeader(os.Stdout, call)
+			}
+			return 0
+		}
+		time.Sleep(followPoll)
+	}
 }
 
 // bermdSocket is bermd's socket for the read requests: $BERM_SOCKET, else the default.

@@ -30,6 +30,12 @@ func cmdRun(args []string) int {
 	if o.UseDaemon() {
 		return o.Remote()
 	}
+	// berm's own lines from here on go to --messages (stderr when not given).
+	msgs := o.MessageWriter()
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(msgs, "berm: "+format+"\n", args...)
+		return 1
+	}
 	// The embedded default: the agent (and rules) in this process, the journal as the store.
 	cleanup, err := o.Resolve()
 	defer cleanup()
@@ -43,8 +49,8 @@ func cmdRun(args []string) int {
 	if spec.Init, err = initBinary(); err != nil {
 		return fail("%v", err)
 	}
-	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.Messages = os.Stdin, os.Stdout, os.Stderr, msgs
+	log := slog.New(slog.NewTextHandler(msgs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ev, stopRules, err := loadRunRules(o.Rules, o.NoRules, log)
 	if err != nil {
 		return fail("%v", err)
@@ -67,7 +73,7 @@ func cmdRun(args []string) int {
 		spec.Stdout, spec.Stderr = term.Hold(os.Stdout), term.Hold(os.Stderr)
 	}
 	var stopApprovals func() error
-	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, term, a.Secrets(), o.ApprovalWebhook, o.ApprovalWebhookSecret); err != nil {
+	if spec.Approvals, stopApprovals, err = embeddedApprovals(spec, log, msgs, term, a.Secrets(), o.ApprovalWebhook, o.ApprovalWebhookSecret); err != nil {
 		return fail("%v", err)
 	}
 	defer stopApprovals()

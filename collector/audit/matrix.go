@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -108,6 +109,74 @@ type Cell struct {
 	States     map[string]uint64 `json:"states"`
 	Violated   uint64            `json:"violated"`
 	Violations uint64            `json:"violations"`
+	// Reasons: why the cell's degraded calls were degraded (the records' surface reason:
+	// the layer missing and the rules it leaves unenforced), calls per reason.
+	Reasons map[string]uint64 `json:"reasons,omitempty"`
+}
+
+// MatrixReason is why some calls of a tool had a surface degraded: the records' reason and
+// how many calls gave it.
+type MatrixReason struct {
+	Tool, Surface, Reason string
+	Calls                 uint64
+}
+
+// MatrixReasons groups the degraded surfaces of finished calls by tool, surface and reason,
+// as the ClickHouse query does (query.MatrixReasons).
+func MatrixReasons(calls []Call, surface string) []MatrixReason {
+	type key struct{ tool, surface, reason string }
+	groups := map[key]uint64{}
+	for _, c := range calls {
+		if c.Record == nil {
+			continue
+		}
+		for _, s := range c.Record.Surfaces {
+			if s.State != event.StateDegraded || surface != "" && s.Surface != surface {
+				continue
+			}
+			groups[key{c.Record.Tool, s.Surface, s.Reason}]++
+		}
+	}
+	out := make([]MatrixReason, 0, len(groups))
+	for k, n := range groups {
+		out = append(out, MatrixReason{Tool: k.tool, Surface: k.surface, Reason: k.reason, Calls: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Tool != b.Tool {
+			return a.Tool < b.Tool
+		}
+		if a.Surface != b.Surface {
+			return a.Surface < b.Surface
+		}
+		return a.Reason < b.Reason
+	})
+	return out
+}
+
+// AddReasons puts the degraded surfaces' reasons in their cells.
+func (m *Matrix) AddReasons(rs []MatrixReason) {
+	for _, r := range rs {
+		i := slices.Index(m.Surfaces, r.Surface)
+		if i < 0 {
+			continue
+		}
+		for ti := range m.Tools {
+			t := &m.Tools[ti]
+			if t.Tool != r.Tool {
+				continue
+			}
+			c := &t.Cells[i]
+			if c.Reasons == nil {
+				c.Reasons = map[string]uint64{}
+			}
+			reason := r.Reason
+			if reason == "" {
+				reason = "no reason recorded"
+			}
+			c.Reasons[reason] += r.Calls
+		}
+	}
 }
 
 // FoldMatrix makes the matrix of the source rows.
@@ -197,6 +266,9 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 	}
 	table := [][]string{head}
 	classes := [][]string{make([]string, len(head))}
+	// Each degraded reason is a footnote, numbered in the order the cells show them.
+	var notes []string
+	noteCalls := map[string]uint64{}
 	for _, t := range m.Tools {
 		row := []string{Safe(t.Tool), fmt.Sprint(t.Calls)}
 		cls := []string{"", ""}
@@ -206,6 +278,19 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 				cell = fmt.Sprintf("%s %d/%d", c.Worst, c.Count, c.Calls)
 				if c.Violations > 0 {
 					cell += fmt.Sprintf(" !%d", c.Violations)
+				}
+				var refs []string
+				for _, reason := range slices.Sorted(maps.Keys(c.Reasons)) {
+					n := slices.Index(notes, reason)
+					if n < 0 {
+						notes = append(notes, reason)
+						n = len(notes) - 1
+					}
+					noteCalls[reason] += c.Reasons[reason]
+					refs = append(refs, fmt.Sprint(n+1))
+				}
+				if len(refs) > 0 {
+					cell += " [" + strings.Join(refs, ",") + "]"
 				}
 			}
 			row = append(row, cell)
@@ -237,6 +322,12 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 	if len(m.Tools) == 0 {
 		b.WriteString("(no finished calls with surfaces in the window)\n")
 	}
+	if len(notes) > 0 {
+		b.WriteString("\ndegraded, why:\n")
+		for i, reason := range notes {
+			fmt.Fprintf(&b, "  [%d] %s (%d calls)\n", i+1, Safe(reason), noteCalls[reason])
+		}
+	}
 	if absent := absentEverywhere(m); len(absent) > 0 {
 		fmt.Fprintf(&b, "\nabsent for every call: %s (nothing enforced them).\n", strings.Join(absent, ", "))
 	}
@@ -262,6 +353,25 @@ func SourceMatrixRows(src Source, f Filter, surface string) ([]MatrixRow, error)
 		return nil, err
 	}
 	return MatrixRows(calls, surface), nil
+}
+
+// MatrixReasonSource is a source that groups the degraded surfaces' reasons itself
+// (ClickHouse, in SQL).
+type MatrixReasonSource interface {
+	MatrixReasons(f Filter, surface string) ([]MatrixReason, error)
+}
+
+// SourceMatrixReasons are the degraded surfaces' reasons from src: its own grouping, or
+// MatrixReasons of its calls.
+func SourceMatrixReasons(src Source, f Filter, surface string) ([]MatrixReason, error) {
+	if ms, ok := src.(MatrixReasonSource); ok {
+		return ms.MatrixReasons(f, surface)
+	}
+	calls, err := src.Calls(f)
+	if err != nil {
+		return nil, err
+	}
+	return MatrixReasons(calls, surface), nil
 }
 
 // Only is the matrix with one surface's column.

@@ -115,3 +115,61 @@ func TestPrintMatrixSaysAbsentPlainly(t *testing.T) {
 		t.Errorf("credential alone is absent for every call (approval was violated once, policy enforced once):\n%s", b.String())
 	}
 }
+
+// A degraded cell says why: each reason the records give is a numbered footnote under the
+// table, with its calls; a reason is the record's text, printed escaped.
+func TestPrintMatrixFootnotesWhyACellIsDegraded(t *testing.T) {
+	degraded := func(tool string, reasons map[string]string) Call {
+		ss := surfacesOf(nil, nil)
+		for i := range ss {
+			if r, ok := reasons[ss[i].Surface]; ok {
+				ss[i].State, ss[i].Reason = event.StateDegraded, r
+			}
+		}
+		return Call{Record: &event.CallRecord{CallStart: event.CallStart{Tool: tool}, Surfaces: ss}}
+	}
+	const lsm = "bpf-lsm refused by lockdown: spec.filesystem.deny unenforced"
+	calls := []Call{
+		degraded("a", map[string]string{"policy": lsm}),
+		degraded("a", map[string]string{"policy": lsm}),
+		degraded("b", map[string]string{"policy": lsm, "observability": "events lost\n\033[31m"}),
+		degraded("b", nil),
+	}
+	for _, tc := range []struct {
+		name    string
+		surface string
+		want    []string // lines the output holds
+		not     []string
+	}{
+		{"every degraded cell points at its reasons", "", []string{
+			"degraded 2/2 [1]",
+			"degraded 1/2 [1]",
+			"degraded 1/2 [2]",
+			"degraded, why:\n  [1] " + lsm + " (3 calls)\n  [2] events lost\\n\\033[31m (1 calls)\n",
+		}, []string{"\033"}},
+		{"one surface's column has its own reasons only", "policy", []string{"  [1] " + lsm + " (3 calls)\n"}, []string{"[2]", "events lost"}},
+		{"no degraded cell, no footnotes", "isolation", nil, []string{"degraded, why"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := FoldMatrix(MatrixRows(calls, tc.surface))
+			if tc.surface != "" {
+				m = m.Only(tc.surface)
+			}
+			m.AddReasons(MatrixReasons(calls, tc.surface))
+			var b bytes.Buffer
+			if err := PrintMatrix(&b, m, false); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(b.String(), n) {
+					t.Errorf("output has %q:\n%s", n, b.String())
+				}
+			}
+		})
+	}
+}

@@ -68,6 +68,12 @@ func PrintTimelineJSON(w io.Writer, c *Call, evs []event.Event) error {
 // tool or a caller chose is printed through Safe: a file named "x\n42 ..." or holding escape
 // sequences shows as escapes, it cannot forge a row or rewrite the terminal.
 func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
+	PrintTimelineHeader(w, c)
+	return PrintEvents(w, c.Start.Start, evs, true)
+}
+
+// PrintTimelineHeader writes a call's header: its start, and its end when it has one.
+func PrintTimelineHeader(w io.Writer, c *Call) {
 	s := c.Start
 	fmt.Fprintf(w, "call %s  tool=%s  tenant=%s  policy=%s\n", Safe(s.CallID), Safe(s.Tool), Safe(s.Tenant), orDash(Safe(s.Policy)))
 	fmt.Fprintf(w, "  argv:    %s\n", quoteArgv(s.Argv))
@@ -104,8 +110,15 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		fmt.Fprintf(w, "  ended:   (no record: %s)\n", event.EndUnknown)
 	}
 	fmt.Fprintln(w)
+}
+
+// PrintEvents writes events one line each, their times relative to start, under a line of
+// column names when head is set (berm timeline --follow prints the events as they come).
+func PrintEvents(w io.Writer, start time.Time, evs []event.Event, head bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tPID\tPROGRAM\tEVENT\tDETAIL")
+	if head {
+		fmt.Fprintln(tw, "SEQ\tTIME\tPID\tPROGRAM\tEVENT\tDETAIL")
+	}
 	for i := range evs {
 		e := &evs[i]
 		prog := e.Exe
@@ -116,7 +129,7 @@ func PrintTimeline(w io.Writer, c *Call, evs []event.Event) error {
 		if e.Phase != "" {
 			kind += " (" + Safe(e.Phase) + ")"
 		}
-		fmt.Fprintf(tw, "%d\t+%.6f\t%d\t%s\t%s\t%s\n", e.Seq, e.Time.Sub(s.Start).Seconds(), e.PID, orDash(Safe(prog)), kind, Describe(e))
+		fmt.Fprintf(tw, "%d\t+%.6f\t%d\t%s\t%s\t%s\n", e.Seq, e.Time.Sub(start).Seconds(), e.PID, orDash(Safe(prog)), kind, Describe(e))
 	}
 	return tw.Flush()
 }

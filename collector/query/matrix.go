@@ -32,3 +32,34 @@ func (t Tables) Matrix(f Filter) (Query, error) {
 		args,
 	}, nil
 }
+
+// MatrixReasons groups the degraded surfaces of the finished calls f selects by tool, surface
+// and reason (the record's surface_reasons): columns tool, surface, reason (String) and calls
+// (UInt64), ordered by tool, surface, reason; each call once however often the table holds
+// it. f.Surface keeps that surface's rows only. berm matrix footnotes its degraded cells
+// with them (audit.MatrixReasons gives the same from the journal).
+func (t Tables) MatrixReasons(f Filter) (Query, error) {
+	name, err := t.table(tableCalls)
+	if err != nil {
+		return Query{}, err
+	}
+	surface := f.Surface
+	f.Surface, f.State = "", ""
+	w, err := t.filter(tableCalls, f)
+	if err != nil {
+		return Query{}, err
+	}
+	args := w.args
+	outer := " WHERE state = 'degraded'"
+	if surface != "" {
+		outer += " AND surface = ?"
+		args = append(args, surface)
+	}
+	return Query{
+		"SELECT tool, surface, reason, count() AS calls FROM (" +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_reasons FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_reasons AS reason" + outer +
+			" GROUP BY tool, surface, reason ORDER BY tool, surface, reason",
+		args,
+	}, nil
+}

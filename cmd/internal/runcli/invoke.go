@@ -24,7 +24,7 @@ import (
 func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.FrontCall {
 	var errb bytes.Buffer
 	c := Caller{Stderr: &errb, LookupEnv: inv.LookupEnv, Getwd: func() (string, error) { return invocationWd(inv) },
-		NonRoot: inv.NonRoot, DefaultTenant: inv.DefaultTenant}
+		NonRoot: inv.NonRoot, DefaultTenant: inv.DefaultTenant, Elsewhere: true}
 	o, err := parseFor(inv.Args, c)
 	if errors.Is(err, ErrHelpRequested) {
 		return callproto.FrontCall{End: callproto.FrontEnd{Status: 0, Stderr: errb.Bytes()}}
@@ -35,7 +35,9 @@ func Invoke(inv *callproto.Invocation, ownSocket func(string) bool) callproto.Fr
 		}
 		return callproto.FrontCall{End: callproto.FrontEnd{Status: 2, Stderr: errb.Bytes()}}
 	}
-	if o.Daemon == "never" || (o.StateDirGiven && o.Daemon != "required") {
+	// --messages names a descriptor or a file of the caller's: the Go front opens it in the
+	// caller's own context, never bermd.
+	if o.Messages != "" || o.Daemon == "never" || (o.StateDirGiven && o.Daemon != "required") {
 		return callproto.FrontCall{Fallback: true}
 	}
 	if sock, err := c.abs(o.Socket); err != nil || !ownSocket(sock) {

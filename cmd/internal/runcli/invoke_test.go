@@ -3,6 +3,7 @@ package runcli
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,6 +62,10 @@ func TestInvokeResolvesInTheCallersContext(t *testing.T) {
 		{name: "embedded: a state dir", args: []string{"--socket", sock, "--state-dir", dir, "--", "/bin/true"}, fallback: true},
 		{name: "another bermd's socket", args: []string{"--socket", sock + "2", "--", "/bin/true"}, fallback: true},
 		{name: "the default socket, not this bermd's", args: []string{"--", "/bin/true"}, fallback: true},
+		{name: "--messages, a file of the caller's: the Go front opens it", args: []string{"--socket", sock, "--messages", "m.log", "--", "/bin/true"}, fallback: true},
+		{name: "--messages, a descriptor of the caller's, not bermd's to check", args: []string{"--socket", sock, "--messages", "977", "--", "/bin/true"}, fallback: true},
+		{name: "--messages, a negative descriptor", args: []string{"--socket", sock, "--messages", "-3", "--", "/bin/true"},
+			status: 2, stderr: "berm run: --messages: expected a file descriptor number or a file, got \"-3\"\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fc := Invoke(&callproto.Invocation{Args: tc.args, Env: tc.env, Cwd: cwd}, own)
@@ -184,5 +189,51 @@ func TestInvokeQuietLeavesStderrToTheTool(t *testing.T) {
 				t.Errorf("status %d, want the call's 137", fe.Status)
 			}
 		})
+	}
+}
+
+// berm run --messages FD names a descriptor this process has open: one that is not is a
+// usage error, not a silent loss of berm's lines.
+func TestMessagesDescriptorMustBeOpen(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	open := strconv.Itoa(int(f.Fd()))
+	for _, tc := range []struct {
+		name, messages, stderr string
+	}{
+		{"an open descriptor", open, ""},
+		{"a file", filepath.Join(t.TempDir(), "m.log"), ""},
+		{"a closed descriptor", "977", "berm run: --messages: file descriptor 977 is not open\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errb strings.Builder
+			_, err := parseFor([]string{"--messages", tc.messages, "--", "true"}, Caller{Stderr: &errb, LookupEnv: os.LookupEnv, Getwd: os.Getwd})
+			if (err != nil) != (tc.stderr != "") || errb.String() != tc.stderr {
+				t.Fatalf("err %v, stderr %q; want %q", err, errb.String(), tc.stderr)
+			}
+		})
+	}
+}
+
+// A symlink planted where --messages names its file is not followed: berm's lines go to
+// stderr, the file it points at is untouched.
+func TestMessagesFileIsNotASymlinksTarget(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target"), filepath.Join(dir, "messages.log")
+	if err := os.WriteFile(target, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Messages: link}
+	if w := o.MessageWriter(); w != os.Stderr {
+		t.Fatalf("berm's lines go to %v, want stderr", w)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious\n" {
+		t.Fatalf("the symlink's target changed: %q", b)
 	}
 }

@@ -104,10 +104,10 @@ func (o *Options) startDaemon() bool {
 		return false // installed without bermd: the embedded agent, as before
 	}
 	idle := idleExit()
-	fmt.Fprintf(os.Stderr, "berm: starting bermd (exits after %s idle)\n", shortDuration(idle))
+	fmt.Fprintf(o.MessageWriter(), "berm: starting bermd (exits after %s idle)\n", shortDuration(idle))
 	logPath := filepath.Join(filepath.Dir(o.Socket), "bermd.log")
 	if err := spawnDaemon(bermd, o.Socket, idle, logPath); err != nil {
-		fmt.Fprintf(os.Stderr, "berm: bermd did not start (%v; its log: %s): running this call with the agent embedded\n", err, logPath)
+		fmt.Fprintf(o.MessageWriter(), "berm: bermd did not start (%v; its log: %s): running this call with the agent embedded\n", err, logPath)
 		return false
 	}
 	return true

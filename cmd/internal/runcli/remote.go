@@ -15,14 +15,15 @@ import (
 // Remote hands the call to bermd, which launches it with this process's stdio, and waits for
 // its end. SIGINT and SIGTERM are passed on: the call ends as interrupted.
 func (o *Options) Remote() int {
-	os.Stderr.Write(remoteWarnings(o))
+	msgs := o.MessageWriter()
+	msgs.Write(remoteWarnings(o))
 	if o.conn != nil {
 		defer o.conn.Close() // a call that is not sent
 	}
 	cleanup, err := o.Resolve()
 	defer cleanup()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		fmt.Fprintf(msgs, "berm: %v\n", err)
 		return 1
 	}
 	sigs := make(chan os.Signal, 1)
@@ -31,7 +32,7 @@ func (o *Options) Remote() int {
 	stdio := [3]*os.File{os.Stdin, os.Stdout, os.Stderr}
 	term, err := o.Terminal()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		fmt.Fprintf(msgs, "berm: %v\n", err)
 		return 1
 	}
 	if term != nil {
@@ -49,18 +50,18 @@ func (o *Options) Remote() int {
 		term.Close()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berm: %v\n", err)
+		fmt.Fprintf(msgs, "berm: %v\n", err)
 		return 1
 	}
 	if len(rep.Record) == 0 || string(rep.Record) == "null" {
 		// The call did not run (a bad request, a policy that does not compile): berm's own
 		// failure, the same status as with the agent embedded.
-		fmt.Fprintf(os.Stderr, "berm: %s\n", rep.Error)
+		fmt.Fprintf(msgs, "berm: %s\n", rep.Error)
 		return 1
 	}
 	end, err := endOf(rep.Record)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "berm: bermd's record of the call: %v\n", err)
+		fmt.Fprintf(msgs, "berm: bermd's record of the call: %v\n", err)
 		return 1
 	}
 	return o.finish(end, func() ([]byte, error) { return indentRecord(rep.Record) }, rep.ExitStatus, rep.Warning)

@@ -33,11 +33,15 @@ type Options struct {
 	// Quiet: none of berm's own lines about the ended call on stderr (how it ended, events
 	// dropped, warnings): the tool's stderr is the tool's alone; --summary and berm timeline
 	// have them.
-	Quiet   bool
-	Daemon  string // auto, never, required
-	Socket  string
-	Rules   []string
-	NoRules bool
+	Quiet bool
+	// Messages is where berm's own lines go (--messages FD|FILE): how the call ended, events
+	// dropped, warnings, approvals waiting, bermd started; empty: stderr, beside the tool's.
+	Messages string
+	msgs     io.Writer // Messages opened (MessageWriter)
+	Daemon   string    // auto, never, required
+	Socket   string
+	Rules    []string
+	NoRules  bool
 	// ApprovalWebhook and ApprovalWebhookSecret: the embedded run POSTs each approval
 	// request there, HMAC-signed with the key in the file (bermd has flags of its own).
 	ApprovalWebhook, ApprovalWebhookSecret string
@@ -105,6 +109,9 @@ type Caller struct {
 	DefaultTenant string
 	// WorkspaceByDaemon: with no --workspace, the request names none and bermd makes it.
 	WorkspaceByDaemon bool
+	// Elsewhere: the caller is another process (bermd reading a bare invocation): its file
+	// descriptors are not this process's to check (--messages FD falls back to the Go front).
+	Elsewhere bool
 }
 
 // thisProcess is the caller when berm run is this process.
@@ -152,6 +159,7 @@ func parseFor(args []string, c Caller) (*Options, error) {
 	fs.StringVar(&r.PolicyFile, "policy", "", "policy file (default: the built-in policy)")
 	fs.StringVar(&o.Summary, "summary", "", "write the call record as JSON to this file")
 	fs.BoolVar(&o.Quiet, "quiet", false, "print none of berm's own lines about the ended call on stderr (the record has them: --summary, berm timeline)")
+	fs.StringVar(&o.Messages, "messages", "", "write berm's own lines (how the call ended, warnings, approvals waiting) to this file descriptor number or file, appended, not to stderr: the tool's stderr holds only the tool's bytes")
 	// Caps not given as flags are the policy's (policy.Limits), resolved where the policy is
 	// loaded: zero here means "the policy's".
 	lim := &r.Limits
@@ -204,6 +212,10 @@ func parseFor(args []string, c Caller) (*Options, error) {
 		fmt.Fprintf(c.Stderr, "berm run: --traceparent: %v\n", err)
 		return nil, flag.ErrHelp
 	}
+	if err := checkMessages(o.Messages, c.Elsewhere); err != nil {
+		fmt.Fprintf(c.Stderr, "berm run: --messages: %v\n", err)
+		return nil, flag.ErrHelp
+	}
 	if r.CallID == "" {
 		r.CallID = newCallID()
 	}
@@ -215,6 +227,54 @@ func parseFor(args []string, c Caller) (*Options, error) {
 		r.PolicyFile = abs
 	}
 	return o, nil
+}
+
+// checkMessages refuses a --messages that names nothing: an empty path, or a descriptor
+// number (0-2 are the tool's stdio) that is not open.
+func checkMessages(m string, elsewhere bool) error {
+	if m == "" {
+		return nil
+	}
+	if fd, err := strconv.Atoi(m); err == nil {
+		if fd < 0 {
+			return fmt.Errorf("expected a file descriptor number or a file, got %q", m)
+		}
+		if elsewhere {
+			return nil
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			return fmt.Errorf("file descriptor %d is not open", fd)
+		}
+	}
+	return nil
+}
+
+// MessageWriter is where berm's own lines go: stderr, or --messages opened in this process
+// (a descriptor it inherited, or a file opened for appending, created 0600).
+func (o *Options) MessageWriter() io.Writer {
+	if o.msgs != nil {
+		return o.msgs
+	}
+	o.msgs = os.Stderr
+	if o.Messages == "" {
+		return o.msgs
+	}
+	if fd, err := strconv.Atoi(o.Messages); err == nil {
+		// Not the tool's to inherit (the sandbox init closes what it did not open, too).
+		unix.CloseOnExec(fd)
+		o.msgs = os.NewFile(uintptr(fd), "messages")
+		return o.msgs
+	}
+	// O_NONBLOCK: a FIFO nobody reads is refused (ENXIO), not waited on forever.
+	// O_NOFOLLOW: a symlink planted where the file is named (a workspace a tool wrote) does
+	// not take berm's lines, as root, into the file it points at.
+	f, err := os.OpenFile(o.Messages, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "berm: --messages: %v (berm's lines go to stderr)\n", err)
+		return o.msgs
+	}
+	o.msgs = f
+	return o.msgs
 }
 
 // UseDaemon says whether a running bermd runs this call (see ViaDaemon for one started on
@@ -334,7 +394,7 @@ func (o *Options) Finish(r *event.CallRecord, status int, warning string) int {
 // finish is Finish, from the fields it prints and the record's --summary text.
 func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, warning string) int {
 	if !o.Quiet {
-		os.Stderr.Write(endNotes(r, status, warning))
+		o.MessageWriter().Write(endNotes(r, status, warning))
 	}
 	if o.Summary != "" {
 		data, err := summary()
@@ -342,7 +402,7 @@ func (o *Options) finish(r callEnd, summary func() ([]byte, error), status int, 
 			err = os.WriteFile(o.Summary, append(data, '\n'), 0o644)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "berm: write summary: %v\n", err)
+			fmt.Fprintf(o.MessageWriter(), "berm: write summary: %v\n", err)
 			if status == 0 {
 				return 1
 			}

@@ -93,7 +93,7 @@ func TestTerminalCallerSettingsRestored(t *testing.T) {
 	}{
 		{"tool-exits", "exit", nil, 0, func(s int) bool { return s == 0 }},
 		{"tool-killed", "kill-self", nil, 0, func(s int) bool { return s == 128+9 }},
-		{"call-capped", "wait", []string{"--timeout", "10s"}, 0, func(s int) bool { return s == 128+9 }},
+		{"call-capped", "wait", []string{"--timeout", "10s"}, 0, func(s int) bool { return s == event.StatusTimeout }},
 		{"berm-sigint", "wait", nil, syscall.SIGINT, func(s int) bool { return s != 0 }},
 		{"berm-sigterm", "wait", nil, syscall.SIGTERM, func(s int) bool { return s != 0 }},
 	}

@@ -126,7 +126,7 @@ func (m *model) fieldsDoc() (string, error) {
 			section(fmt.Sprintf("`%s` part (%s)", f.JSON, p.Name), p.Name)
 		}
 	}
-	for _, t := range []string{"CallStart", "CallRecord", "Limits", "Counts"} {
+	for _, t := range []string{"CallStart", "CallRecord", "AlertRef", "Limits", "Counts"} {
 		if m.structs[t] != nil {
 			section(t, t)
 		}
@@ -156,7 +156,7 @@ func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
 // documented refuses a member without a doc comment: its meaning goes into FIELDS.md.
 func (m *model) documented() error {
-	types := []string{"Event", "CallStart", "CallRecord", "Limits", "Counts"}
+	types := []string{"Event", "CallStart", "CallRecord", "AlertRef", "Limits", "Counts"}
 	for _, f := range m.structs["Event"].Fields {
 		if p := m.part(f); p != nil {
 			types = append(types, p.Name)
