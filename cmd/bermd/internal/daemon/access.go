@@ -194,7 +194,12 @@ func newCallID() string {
 // read answers a read request with the calls of the tenants the peer may read.
 func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, acc *access.File) {
 	enc := json.NewEncoder(conn)
-	answer := func(rep callproto.ReadReply) { rep.Version = callproto.Version; _ = enc.Encode(rep) }
+	answer := func(rep callproto.ReadReply) {
+		rep.Version = callproto.Version
+		// A reader that does not read its answer holds only its own connection, for a while.
+		_ = conn.SetWriteDeadline(time.Now().Add(s.readerStall()))
+		_ = enc.Encode(rep)
+	}
 	fail := func(err error) { answer(callproto.ReadReply{Error: err.Error()}) }
 	var rq callproto.ReadRequest
 	if err := json.NewDecoder(io.LimitReader(br, callproto.MaxReadRequest)).Decode(&rq); err != nil {
@@ -207,12 +212,23 @@ func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, ac
 		fail(err)
 		return
 	}
+	if rq.Read == callproto.ReadApprovals {
+		rep, err := s.pendingApprovals(peer, acc, rq.Tenant)
+		if err != nil {
+			fail(err)
+			return
+		}
+		answer(rep)
+		return
+	}
 	if s.Trail == nil {
 		fail(errors.New("this bermd keeps no trail to read"))
 		return
 	}
 	readable := func(tenant string) bool { return acc.Check(peer, tenant, access.Read) == nil }
 	switch rq.Read {
+	case callproto.ReadEvents:
+		s.events(conn, br, &rq, peer)
 	case callproto.ReadCalls:
 		if rq.Tenant != "" && !readable(rq.Tenant) {
 			fail(acc.Check(peer, rq.Tenant, access.Read))
@@ -267,6 +283,6 @@ func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, ac
 		}
 		answer(callproto.ReadReply{Call: cb, Events: eb})
 	default:
-		fail(fmt.Errorf("read request: expected read %q or %q, got %q", callproto.ReadCalls, callproto.ReadTimeline, rq.Read))
+		fail(fmt.Errorf("read request: expected read %q, %q, %q or %q, got %q", callproto.ReadCalls, callproto.ReadTimeline, callproto.ReadEvents, callproto.ReadApprovals, rq.Read))
 	}
 }
