@@ -17,6 +17,7 @@ import (
 	"github.com/bermsec/berm/cmd/internal/ptyrelay"
 	"github.com/bermsec/berm/sandboxer"
 	"github.com/bermsec/berm/sandboxer/approval"
+	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
 func init() {
@@ -128,11 +129,34 @@ func envOr(k, def string) string {
 	return def
 }
 
-func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
+// approvals is where berm approvals, approve and deny go: the approval API of every process
+// serving one (root, with the token; an approver of the approvers file as its unix user), or
+// bermd's control socket (a caller that is not root: bermd decides from its credentials and
+// the decide right of bermd --access).
+type approvals struct {
+	api    *approval.Client
+	socket string // bermd's, when not empty
+}
+
+func approvalClient(fs *flag.FlagSet, args []string) (*approvals, error) {
 	dir := fs.String("dir", envOr("BERM_APPROVALS_DIR", approval.DefaultDir), "directory of the approval API sockets")
 	tokenFile := fs.String("token", envOr("BERM_APPROVALS_TOKEN", approval.DefaultTokenFile), "the API's bearer token file (root-only)")
+	socket := fs.String("socket", "", "a caller that is not root: bermd's socket (default $BERM_SOCKET, else "+callproto.DefaultSocket+"); bermd lists and decides the tenants the caller has the decide right in")
 	if code, done := parseFlags(fs, args); done {
 		return nil, exitCode(code)
+	}
+	named := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { named[f.Name] = true })
+	if os.Getuid() != 0 && !named["dir"] && !named["token"] {
+		// Not root: through bermd, when one answers (the approval API of an embedded run,
+		// or of an approver's own, stays reachable with --dir).
+		sock := *socket
+		if sock == "" {
+			sock = bermdSocket()
+		}
+		if named["socket"] || callproto.Available(sock) {
+			return &approvals{socket: sock}, nil
+		}
 	}
 	tok, err := approval.ReadToken(*tokenFile)
 	if err != nil && os.Getuid() == 0 {
@@ -140,7 +164,39 @@ func approvalClient(fs *flag.FlagSet, args []string) (*approval.Client, error) {
 	}
 	// Not root: no token; the API knows the caller by its unix user (an approver's, in the
 	// approvers file, or refused).
-	return &approval.Client{Dir: *dir, Token: tok}, nil
+	return &approvals{api: &approval.Client{Dir: *dir, Token: tok}}, nil
+}
+
+func (a *approvals) List() ([]approval.PendingView, error) {
+	if a.api != nil {
+		return a.api.List()
+	}
+	rep, err := callproto.Read(a.socket, &callproto.ReadRequest{Read: callproto.ReadApprovals})
+	if err != nil {
+		return nil, fmt.Errorf("bermd: %w", err)
+	}
+	var list []approval.PendingView
+	if err := json.Unmarshal(rep.Approvals, &list); err != nil {
+		return nil, fmt.Errorf("bermd's approvals: %w", err)
+	}
+	return list, nil
+}
+
+func (a *approvals) Decide(id string, approve bool, by, reason string) error {
+	if a.api != nil {
+		return a.api.Decide(id, approve, by, reason)
+	}
+	if by != "" {
+		return errors.New("--by: only root names who decides (bermd records you as who the kernel says you are)")
+	}
+	d := callproto.Deny
+	if approve {
+		d = callproto.Approve
+	}
+	if _, err := callproto.Decide(a.socket, &callproto.DecideRequest{ID: id, Decision: d, Reason: reason}); err != nil {
+		return fmt.Errorf("bermd: %w", err)
+	}
+	return nil
 }
 
 // berm approvals [--json]: what is pending, for every process holding requests.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -52,3 +53,25 @@ func viaBermd(stateDir, source string) bool {
 }
 
 const defaultStateDir = "/var/lib/berm"
+
+// Events streams the events of the tenants the caller may read, through bermd (the journal is
+// root's); following, until ctx ends.
+func (b bermdSource) Events(ctx context.Context, f audit.EventFilter, follow bool, fn func(event.Event) error) error {
+	req := &callproto.ReadRequest{Call: f.Call, Tenant: f.Tenant, Tool: f.Tool, Since: f.Since, Setup: f.Setup, Follow: follow}
+	for _, k := range f.Kinds {
+		req.Kinds = append(req.Kinds, string(k))
+	}
+	err := callproto.StreamEvents(b.socket, req, ctx.Done(), func(raw json.RawMessage) error {
+		var e event.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return fmt.Errorf("bermd's event: %w", err)
+		}
+		return fn(e)
+	})
+	if err != nil {
+		return fmt.Errorf("bermd: %w", err)
+	}
+	return nil
+}
+
+var _ audit.EventSource = bermdSource{}

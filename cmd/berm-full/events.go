@@ -35,7 +35,7 @@ func cmdEvents(args []string) int {
 	stateDir := fs.String("state-dir", "/var/lib/berm", "state directory (journal)")
 	source := fs.String("source", "", "read from: journal (default) or clickhouse://HOST:PORT/DB")
 	since := fs.String("since", "", "only events since: a duration ago (1h) or an RFC 3339 time")
-	follow := fs.Bool("follow", false, "after what is stored, wait for new events (journal only)")
+	follow := fs.Bool("follow", false, "after what is stored, wait for new events (the journal; through bermd for a caller that is not root)")
 	call := fs.String("call", "", "only this call: its call key, its id, or TENANT/ID")
 	tenant := fs.String("tenant", "", "only this tenant's calls")
 	tool := fs.String("tool", "", "only this tool's calls")

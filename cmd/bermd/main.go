@@ -51,6 +51,7 @@ func main() {
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	nodeName := flag.String("node", "", "the node name this bermd's calls, spans and alerts carry (default: the host's name; in a fleet, each node's own, e.g. Kubernetes' spec.nodeName)")
 	accessFile := flag.String("access", "", "access file: the users and groups bermd serves besides root, by tenant (run, read, decide, policies); reloaded on SIGHUP (empty: root only)")
+	readerStall := flag.Duration("reader-stall", daemon.DefaultReaderStall, "how long a caller reading through the socket (berm events --follow, calls, approvals) may not read what it asked for before bermd drops it")
 	// No backquotes in a usage: the flag package takes a quoted word for the value's name.
 	idleExit := flag.Duration("idle-exit", 0, "exit after no call for this long (0: never); berm run starts bermd on demand with 5m")
 	var level slog.Level
@@ -61,7 +62,7 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName, readerStall: *readerStall}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -138,6 +139,7 @@ type options struct {
 	dnsUpstream                                                        string
 	access                                                             string
 	node                                                               string // --node
+	readerStall                                                        time.Duration
 }
 
 func run(log *slog.Logger, o options) error {
@@ -155,6 +157,9 @@ func run(log *slog.Logger, o options) error {
 		if err := dnsguard.CheckUpstream(o.dnsUpstream); err != nil {
 			return fmt.Errorf("--dns-upstream: %w", err)
 		}
+	}
+	if o.readerStall <= 0 {
+		return fmt.Errorf("--reader-stall: expected a positive duration, got %s", o.readerStall)
 	}
 	if o.idleExit < 0 {
 		return fmt.Errorf("--idle-exit: expected a duration of 0 (never) or more, got %s", o.idleExit)
@@ -256,7 +261,7 @@ func run(log *slog.Logger, o options) error {
 	srv := &daemon.Server{Service: svc, Log: log, IdleExit: o.idleExit, Served: func(sv daemon.Served) {
 		phases.Observe(sv)
 		logServed(log, sv)
-	}, Trail: audit.Journal{Dir: filepath.Join(o.stateDir, "journal")}}
+	}, Trail: audit.Journal{Dir: filepath.Join(o.stateDir, "journal")}, Approvals: approvals, ReaderStall: o.readerStall}
 	_ = srv.SetAccess(acc)
 	if err := srv.Listen(o.socket); err != nil {
 		return err

@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +37,7 @@ const (
 
 // Channels a decision came through.
 const (
-	ChannelAPI    = "api"    // the local HTTP API (berm approve/deny use it)
+	ChannelAPI    = "api"    // the local HTTP API, or bermd's control socket (berm approve/deny use them)
 	ChannelPrompt = "prompt" // the terminal prompt of an embedded `berm run`
 	ChannelBroker = "broker" // no person: the timeout, the call's end, a repeat
 )
@@ -346,6 +348,23 @@ func (b *Broker) tenantOf(id string) (string, bool) {
 		return "", false
 	}
 	return r.Tenant, true
+}
+
+// TenantOf is the tenant of a pending request ("" and false when none is pending): bermd
+// decides a caller's right to answer it from the request itself, never from the caller's word.
+func (b *Broker) TenantOf(id string) (string, bool) { return b.tenantOf(id) }
+
+// Decider is who a unix user deciding over bermd's control socket (its uid from the kernel)
+// is recorded as: the approvers file's person with that uid, else "user:NAME" (or "uid:N"),
+// which is never a person's name (a rule naming approvers refuses it).
+func (b *Broker) Decider(uid int) string {
+	if who, ok := b.approvers.byUID(uid); ok {
+		return who
+	}
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return "user:" + u.Username
+	}
+	return "uid:" + strconv.Itoa(uid)
 }
 
 // List returns the pending requests, oldest first.

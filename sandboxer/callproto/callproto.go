@@ -126,7 +126,7 @@ type RawReply struct {
 
 // Version is the run protocol's version, MAJOR.MINOR (PROTOCOL.md): a new minor version only
 // adds optional fields, which an older peer ignores; a new major version changes the wire.
-const Version = "1.1"
+const Version = "1.2"
 
 // Major is Version's major number: bermd refuses a request of another.
 const Major = 1

@@ -24,14 +24,14 @@ func wireShape() string {
 	for _, c := range []struct {
 		name string
 		v    byte
-	}{{"RunMagic", RunMagic}, {"InvokeMagic", InvokeMagic}, {"ReadMagic", ReadMagic}, {"FrameStderr", FrameStderr}, {"FrameFallback", FrameFallback}, {"FrameEnd", FrameEnd}} {
+	}{{"RunMagic", RunMagic}, {"InvokeMagic", InvokeMagic}, {"ReadMagic", ReadMagic}, {"DecideMagic", DecideMagic}, {"FrameStderr", FrameStderr}, {"FrameFallback", FrameFallback}, {"FrameEnd", FrameEnd}} {
 		fmt.Fprintf(&b, "byte %s %q\n", c.name, c.v)
 	}
 	fmt.Fprintf(&b, "const MaxInvocation %d\nconst MaxReadRequest %d\nconst DefaultSocket %s\n", MaxInvocation, MaxReadRequest, DefaultSocket)
 	for _, m := range []struct {
 		name string
 		v    any
-	}{{"Request", Request{}}, {"Terminal", Terminal{}}, {"Limits", event.Limits{}}, {"Interrupt", Interrupt{}}, {"Mark", Mark{}}, {"MCP", event.MCP{}}, {"Reply", Reply{}}, {"RawReply", RawReply{}}, {"ReadRequest", ReadRequest{}}, {"ReadReply", ReadReply{}}} {
+	}{{"Request", Request{}}, {"Terminal", Terminal{}}, {"Limits", event.Limits{}}, {"Interrupt", Interrupt{}}, {"Mark", Mark{}}, {"MCP", event.MCP{}}, {"Reply", Reply{}}, {"RawReply", RawReply{}}, {"ReadRequest", ReadRequest{}}, {"ReadReply", ReadReply{}}, {"DecideRequest", DecideRequest{}}, {"DecideReply", DecideReply{}}} {
 		fields(&b, m.name, reflect.TypeOf(m.v))
 	}
 	rec := reflect.TypeOf(event.CallRecord{})

@@ -194,7 +194,12 @@ func newCallID() string {
 // read answers a read request with the calls of the tenants the peer may read.
 func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, acc *access.File) {
 	enc := json.NewEncoder(conn)
-	answer := func(rep callproto.ReadReply) { rep.Version = callproto.Version; _ = enc.Encode(rep) }
+	answer := func(rep callproto.ReadReply) {
+		rep.Version = callproto.Version
+		// A reader that does not read its answer holds only its own connection, for a while.
+		_ = conn.SetWriteDeadline(time.Now().Add(s.readerStall()))
+		_ = enc.Encode(rep)
+	}
 	fail := func(err error) { answer(callproto.ReadReply{Error: err.Error()}) }
 	var rq callproto.ReadRequest
 	if err := json.NewDecoder(io.LimitReader(br, callproto.MaxReadRequest)).Decode(&rq); err != nil {
@@ -207,12 +212,23 @@ func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, ac
 		fail(err)
 		return
 	}
+	if rq.Read == callproto.ReadApprovals {
+		rep, err := s.pendingApprovals(peer, acc, rq.Tenant)
+		if err != nil {
+			fail(err)
+			return
+		}
+		answer(rep)
+		return
+	}
 	if s.Trail == nil {
 		fail(errors.New("this bermd keeps no trail to read"))
 		return
 	}
 	readable := func(tenant string) bool { return acc.Check(peer, tenant, access.Read) == nil }
 	switch rq.Read {
+	case callproto.ReadEvents:
+		s.events(conn, br, &rq, peer)
 	case callproto.ReadCalls:
 		if rq.Tenant != "" && !readable(rq.Tenant) {
 			fail(acc.Check(peer, rq.Tenant, access.Read))
@@ -242,7 +258,23 @@ func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, ac
 			fail(acc.Check(peer, t, access.Read))
 			return
 		}
-		call, evs, err := s.Trail.Timeline(rq.Call)
+		id := rq.Call
+		if !peer.Root() {
+			// Resolved among the calls the peer may read: an id other tenants' calls have
+			// too names the peer's own, and the ambiguity of one its tenants share lists
+			// only their keys (never another tenant's).
+			var err error
+			if id, err = s.readableCall(rq.Call, peer, acc); err != nil {
+				var nc noCall
+				if errors.As(err, &nc) {
+					answer(callproto.ReadReply{NoCall: true, Error: err.Error()})
+					return
+				}
+				fail(err)
+				return
+			}
+		}
+		call, evs, err := s.Trail.Timeline(id)
 		if errors.Is(err, audit.ErrNoCall) {
 			answer(callproto.ReadReply{NoCall: true, Error: fmt.Sprintf("no call %q", rq.Call)})
 			return
@@ -267,6 +299,46 @@ func (s *Server) read(conn *net.UnixConn, br *bufio.Reader, peer access.Peer, ac
 		}
 		answer(callproto.ReadReply{Call: cb, Events: eb})
 	default:
-		fail(fmt.Errorf("read request: expected read %q or %q, got %q", callproto.ReadCalls, callproto.ReadTimeline, rq.Read))
+		fail(fmt.Errorf("read request: expected read %q, %q, %q or %q, got %q", callproto.ReadCalls, callproto.ReadTimeline, callproto.ReadEvents, callproto.ReadApprovals, rq.Read))
 	}
+}
+
+// noCall is a timeline of a call id nobody has.
+type noCall string
+
+func (n noCall) Error() string { return fmt.Sprintf("no call %q", string(n)) }
+
+// readableCall is the key of the one call id names among the calls of the tenants the peer
+// may read. An id only other tenants' calls have is refused naming the tenant and the right
+// (as a TENANT/ID of theirs is).
+func (s *Server) readableCall(id string, peer access.Peer, acc *access.File) (string, error) {
+	readable := func(tenant string) bool { return acc.Check(peer, tenant, access.Read) == nil }
+	calls, err := s.Trail.Calls(audit.Filter{})
+	if err != nil {
+		return "", err
+	}
+	var keys []string
+	other := ""
+	for _, c := range calls {
+		st := c.Start
+		if st.CallKey != id && st.CallID != id && st.Tenant+"/"+st.CallID != id {
+			continue
+		}
+		if readable(st.Tenant) {
+			if !slices.Contains(keys, st.Key()) {
+				keys = append(keys, st.Key())
+			}
+		} else if other == "" {
+			other = st.Tenant
+		}
+	}
+	switch {
+	case len(keys) == 1:
+		return keys[0], nil
+	case len(keys) > 1:
+		return "", fmt.Errorf("call %q: %w (call keys %s): name one by its key or as TENANT/ID", id, audit.ErrAmbiguous, strings.Join(keys, ", "))
+	case other != "":
+		return "", acc.Check(peer, other, access.Read)
+	}
+	return "", noCall(id)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/bermsec/berm/cmd/internal/runcli"
 	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/sandboxer"
+	"github.com/bermsec/berm/sandboxer/approval"
 	"github.com/bermsec/berm/sandboxer/callproto"
 )
 
@@ -47,6 +48,12 @@ type Server struct {
 	Served func(Served)
 	// Trail answers read requests (callproto.ReadMagic): bermd's journal.
 	Trail audit.Source
+	// Approvals is bermd's approval broker: its pending requests are listed (a read request)
+	// and decided (callproto.DecideMagic) for callers with the decide right. Nil: none.
+	Approvals *approval.Broker
+	// ReaderStall is how long a reader of a stream of events may leave bermd's writes waiting
+	// (it does not read) before bermd drops it; 0 is DefaultReaderStall.
+	ReaderStall time.Duration
 
 	access atomic.Pointer[access.File]
 
@@ -245,6 +252,9 @@ func (s *Server) handle(conn *net.UnixConn) {
 	case callproto.ReadMagic:
 		s.read(conn, br, peer, acc)
 		return
+	case callproto.DecideMagic:
+		s.decide(conn, br, peer, acc)
+		return
 	}
 	dec := json.NewDecoder(br)
 	var req callproto.Request
@@ -418,10 +428,11 @@ func readStdio(conn *net.UnixConn) (magic byte, stdio [3]*os.File, cwd *os.File,
 	switch buf[0] {
 	case callproto.InvokeMagic:
 		want = 4
-	case callproto.ReadMagic:
+	case callproto.ReadMagic, callproto.DecideMagic:
 		want = 0
 	}
-	if (buf[0] != callproto.RunMagic && buf[0] != callproto.InvokeMagic && buf[0] != callproto.ReadMagic) || len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
+	known := buf[0] == callproto.RunMagic || buf[0] == callproto.InvokeMagic || buf[0] == callproto.ReadMagic || buf[0] == callproto.DecideMagic
+	if !known || len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
