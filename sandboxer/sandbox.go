@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ type sandbox struct {
 	// idmap maps a workspace owner to ids, prepared ahead for a warm sandbox (-1: none).
 	idmap              int
 	idmapUID, idmapGID uint32
+	stage              string // the stage's binary, beside the init's: it makes idmap
 	cmd                *exec.Cmd
 	cfg                int      // the launcher's end of the config socket (config, then the caller's stdin)
 	stat               *os.File // the init's status, when the tool has ended
@@ -47,7 +49,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{tenant: tenant, newNet: newNet, prepared: prepare, cg: cg, cfg: -1, idmap: -1}
+	s := &sandbox{tenant: tenant, newNet: newNet, prepared: prepare, cg: cg, cfg: -1, idmap: -1, stage: filepath.Join(filepath.Dir(initPath), sandboxinit.StageBinary)}
 	defer func() {
 		if err != nil {
 			s.discard()
@@ -244,7 +246,7 @@ func (s *sandbox) discard() error {
 
 // prepareIdmap makes the user namespace that maps a workspace owner to the sandbox's ids.
 func (s *sandbox) prepareIdmap(uid, gid uint32) error {
-	fd, err := mappingUserns(uid, s.ids.UID, gid, s.ids.GID)
+	fd, err := mappingUserns(s.stage, uid, s.ids.UID, gid, s.ids.GID)
 	if err != nil {
 		return err
 	}

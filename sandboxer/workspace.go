@@ -172,23 +172,64 @@ func idmappedTree(w *workspaceDir, sb *sandbox, noexec bool) (int, error) {
 // which tells the tool nothing. No permission is gained: the tool's fsuid and fsgid are the
 // host ids the owner's map to, its supplementary groups are dropped, and no other id maps
 // to them.
-func mappingUserns(uid, hostUID, gid, hostGID uint32) (int, error) {
-	cmd := exec.Command(truePath)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: idmapSwap(uid, hostUID),
-		GidMappings: idmapSwap(gid, hostGID),
+//
+// The namespace is made by the stage's binary (stage, cmd/berm-stage --userns), executed: an
+// exec.Cmd with CLONE_NEWUSER cannot vfork, and forking bermd copied all its mappings for
+// every warm sandbox while holding syscall.ForkLock, which every other start of bermd waits on.
+func mappingUserns(stage string, uid, hostUID, gid, hostGID uint32) (_ int, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("user namespace for the idmapped mount: %w", err)
+		}
+	}()
+	cmd := exec.Command(stage, "--userns")
+	cmd.Env = []string{}
+	hold, err := cmd.StdinPipe()
+	if err != nil {
+		return -1, err
+	}
+	said, err := cmd.StdoutPipe()
+	if err != nil {
+		return -1, err
 	}
 	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("user namespace for the idmapped mount: %w", err)
+		return -1, fmt.Errorf("%s --userns: %w", stage, err)
 	}
-	// Not reaped yet (a zombie at worst): its namespace is still there to open.
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	_ = cmd.Wait()
+	// Ending its stdin ends it; it is reaped only then, so its pid stays its own meanwhile.
+	defer func() {
+		hold.Close()
+		if werr := cmd.Wait(); werr != nil && err == nil {
+			err = fmt.Errorf("%s --userns: %w", stage, werr)
+		}
+	}()
+	var r [1]byte
+	if n, _ := said.Read(r[:]); n != 1 || r[0] != 'r' {
+		return -1, fmt.Errorf("%s --userns: no user namespace (it unshares CLONE_NEWUSER)", stage)
+	}
+	proc := fmt.Sprintf("/proc/%d/", cmd.Process.Pid)
+	for _, w := range []struct{ file, text string }{
+		{"setgroups", "deny"}, // as os/exec writes it with GidMappings
+		{"uid_map", idmapText(idmapSwap(uid, hostUID))},
+		{"gid_map", idmapText(idmapSwap(gid, hostGID))},
+	} {
+		if err := os.WriteFile(proc+w.file, []byte(w.text), 0); err != nil {
+			return -1, err
+		}
+	}
+	fd, err := unix.Open(proc+"ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("user namespace for the idmapped mount: %w", err)
+		return -1, err
 	}
 	return fd, nil
+}
+
+// idmapText is m as a uid_map or gid_map takes it: in one write, a line per range.
+func idmapText(m []syscall.SysProcIDMap) string {
+	var b strings.Builder
+	for _, r := range m {
+		fmt.Fprintf(&b, "%d %d %d\n", r.ContainerID, r.HostID, r.Size)
+	}
+	return b.String()
 }
 
 // maxID is one past the largest valid id: (uid_t)-1 is no id.
@@ -215,16 +256,6 @@ func idmapSwap(id, host uint32) []syscall.SysProcIDMap {
 	ident(uint64(hi)+1, maxID)
 	return m
 }
-
-// truePath is a program that exits at once, for mappingUserns.
-var truePath = func() string {
-	for _, p := range []string{"/usr/bin/true", "/bin/true"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return "/bin/true"
-}()
 
 // deniedTrees are the policy's denied paths that do not depend on the call.
 func deniedTrees(p *policy.Policy) []string {

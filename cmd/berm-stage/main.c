@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stdarg.h>
@@ -271,7 +272,23 @@ static void dump(uint32_t flags, const char *dir, char **argv, char **env) {
 	for (char **e = env; *e; e++) printf("env %s\n", *e);
 }
 
+// userns_holder is --userns: bermd's maker of the user namespaces of idmapped workspaces
+// (sandboxer/workspace.go, mappingUserns). It unshares a new user namespace, says 'r' on
+// stdout and holds the namespace until stdin ends; bermd writes its maps and opens it
+// meanwhile. bermd executes it (a vfork) rather than forking itself into a new namespace: Go
+// cannot vfork for CLONE_NEWUSER, so that fork copied all of bermd's mappings for every warm
+// sandbox, holding the lock every other start of bermd waits on.
+static int userns_holder(void) {
+	if (unshare(CLONE_NEWUSER) != 0) return 125;
+	char r = 'r', b;
+	if (write(1, &r, 1) != 1) return 125;
+	while (read(0, &b, 1) > 0) {
+	}
+	return 0;
+}
+
 int main(int argc, char **argv) {
+	if (argc == 2 && strcmp(argv[1], "--userns") == 0) return userns_holder();
 	int dumping = argc == 2 && strcmp(argv[1], "--dump") == 0;
 	// Nothing but stdio, the channel and the failure pipe goes on to the tool (the init may
 	// have passed this binary itself as fd 5, to be executed through it).
