@@ -45,7 +45,7 @@ func events(c, k int, t0 time.Time) []event.Event {
 		case 5, 6:
 			e.Kind, e.Connect = event.KindConnect, &event.Connect{Family: "inet", Addr: "140.82.112.3", Port: 443}
 		case 7:
-			e.Kind, e.Denial = event.KindDenial, &event.Denial{Layer: "landlock", Surface: "isolation", Rule: "fs", Object: "/etc/shadow"}
+			e.Kind, e.Denial = event.KindDenial, &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfaceIsolation, Rule: "fs", Object: "/etc/shadow"}
 		}
 		out = append(out, e)
 	}
