@@ -10,7 +10,7 @@ CC       ?= cc
 FRONT_LDFLAGS ?= $(shell echo 'int main(void){return 0;}' | $(CC) -x c -static -o /dev/null - 2>/dev/null && echo -static)
 GOTEST   ?= $(GO) test -count=1 -timeout 45m -p 2
 
-.PHONY: all build front grafana deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean stack stack-down
+.PHONY: all build front grafana screenshots deps generate check-generated vmlinux test test-unit test-race demo bench corpus clean stack stack-down
 
 all: build
 
@@ -65,10 +65,16 @@ test: deps build grafana
 	cd cmd/bermd/deploy/helm && $(GO) vet ./... && $(GOTEST) ./... # the Helm chart: its own module
 	$(MAKE) test-race
 
-# The Grafana server the dashboards' tests provision (built from its Go module, minutes the first
-# time, cached under /var/cache/berm/grafana after).
+# The Grafana server the dashboards' tests provision and its web frontend, which the browser
+# tests open (both built from Grafana's Go module, minutes the first time, cached under
+# /var/cache/berm/grafana after).
 grafana:
-	$(GO) run ./testenv/grafana/buildgrafana
+	$(GO) run ./testenv/grafana/buildgrafana -frontend
+
+# The dashboards' screenshots in dashboards/docs (dashboards/README.md shows them), made by
+# the browser test from real calls in a real ClickHouse, through a real Grafana (needs root).
+screenshots: grafana
+	flock /tmp/berm-kernel.lock $(GO) test -count=1 ./dashboards -run 'TestDashboardsInABrowser' -screenshots $(CURDIR)/dashboards/docs
 
 # The pure-logic tests only: no root needed.
 test-unit:

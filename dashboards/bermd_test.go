@@ -40,8 +40,9 @@ type daemonFixture struct {
 	since                  time.Time
 	keys                   map[string]string // call id -> call key
 	host, otherHost        string
-	floodDropped           uint64 // events the flooder's record says were dropped
-	calls                  int    // calls bermd served
+	floodDropped           uint64    // events the flooder's record says were dropped
+	calls                  int       // calls bermd served
+	idleFrom, idleTo       time.Time // bermd served nothing (browser fixture)
 }
 
 const otherHost = "berm-dash-host-b"

@@ -46,6 +46,12 @@ func TestDaemonPanels(t *testing.T) {
 // prometheus variable picks) pointing at the test's Prometheus, its scrape interval 1 s.
 func (f *daemonFixture) grafana(t *testing.T) *grafana.Server {
 	t.Helper()
+	return f.grafanaWith(t, false)
+}
+
+// grafanaWith is grafana, serving the web frontend when frontend is set.
+func (f *daemonFixture) grafanaWith(t *testing.T, frontend bool) *grafana.Server {
+	t.Helper()
 	plugins, boards, prov := t.TempDir(), t.TempDir(), t.TempDir()
 	installPlugin(t, plugins)
 	installDashboards(t, boards)
@@ -66,7 +72,7 @@ datasources:
 		t.Fatal(err)
 	}
 	return grafana.ForTest(t, grafana.Config{
-		PluginsDir: plugins, Provisioning: prov, Unsigned: []string{plugin.ID}, Dashboards: boardUIDs,
+		PluginsDir: plugins, Provisioning: prov, Unsigned: []string{plugin.ID}, Dashboards: boardUIDs, Frontend: frontend,
 		Env: []string{"BERM_CLICKHOUSE_DSN=" + f.dsn, "BERM_DASHBOARDS_DIR=" + boards},
 	})
 }

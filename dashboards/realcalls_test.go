@@ -1,6 +1,7 @@
 package dashboards
 
 import (
+	"github.com/bermsec/berm/agent/event"
 	"time"
 
 	"fmt"
@@ -120,6 +121,10 @@ func (f *fixture) checkQueryTypes(t *testing.T, c *datasourcetest.TestPluginClie
 			want := s.State
 			if s.Violations > 0 {
 				want = fmt.Sprintf("violated ×%d", s.Violations)
+			} else if s.State == event.StateDegraded && s.Reason != "" {
+				rs := strings.Split(s.Reason, "; ")
+				slices.Sort(rs)
+				want += ": " + strings.Join(rs, "; ") // the matrix says why, reasons sorted
 			}
 			if r[s.Surface] != want {
 				t.Errorf("matrix %s × %s = %q, the call's record says %q", fc.tool, s.Surface, r[s.Surface], want)

@@ -2,8 +2,9 @@
 # Installs the Debian packages berm's build, tests and demo use, when they are missing: the
 # packages named as arguments, or all of them.
 set -euo pipefail
-# socat and ripgrep: what srt (the load bench's second peer) needs to run.
-pkgs=(clang llvm libbpf-dev gcc libc6-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2 qemu-system-x86 busybox-static xz-utils util-linux nodejs prometheus socat ripgrep)
+# socat and ripgrep: what srt (the load bench's second peer) needs to run; chromium: the
+# dashboards' browser tests.
+pkgs=(clang llvm libbpf-dev gcc libc6-dev bpftool bubblewrap clickhouse-server clickhouse-client python3 iproute2 qemu-system-x86 busybox-static xz-utils util-linux nodejs prometheus socat ripgrep chromium unzip)
 if [ $# -gt 0 ]; then pkgs=("$@"); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -7,7 +7,14 @@ package query
 // surfaces existed has none and is not counted), each call once however often the table
 // holds it. collector/audit.FoldMatrix turns the rows into the tools x surfaces matrix; the
 // journal gives the same rows (audit.MatrixRows). f.Surface keeps that surface's rows only.
-func (t Tables) Matrix(f Filter) (Query, error) {
+func (t Tables) Matrix(f Filter) (Query, error) { return t.matrix(f, false) }
+
+// MatrixWithReasons is Matrix with a seventh column, reasons (String): the distinct reasons the
+// rows' calls gave for the surface's state ("; "-joined, sorted), which say why a surface is
+// degraded. A record written before surface_reasons existed gives none.
+func (t Tables) MatrixWithReasons(f Filter) (Query, error) { return t.matrix(f, true) }
+
+func (t Tables) matrix(f Filter, reasons bool) (Query, error) {
 	name, err := t.table(tableCalls)
 	if err != nil {
 		return Query{}, err
@@ -24,10 +31,19 @@ func (t Tables) Matrix(f Filter) (Query, error) {
 		outer = " WHERE surface = ?"
 		args = append(args, surface)
 	}
+	cols, inner, join := "", "", ""
+	if reasons {
+		// surface_reasons resized to surfaces: an older record's empty array gives '' each, not
+		// an ARRAY JOIN size mismatch (arrayResize: ClickHouse 18.16 has it; its lambdas cannot
+		// read a column)
+		cols = ", arrayStringConcat(arraySort(groupUniqArrayIf(reason, reason != '')), '; ') AS reasons"
+		inner = ", arrayResize(surface_reasons, length(surfaces), '') AS reasons_of"
+		join = ", reasons_of AS reason"
+	}
 	return Query{
-		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations FROM (" +
-			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations FROM " + name + " WHERE " + w.String() + " " + dedup +
-			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v" + outer +
+		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations" + cols + " FROM (" +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations" + inner + " FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v" + join + outer +
 			" GROUP BY tool, surface, state, violated ORDER BY tool, surface, state, violated",
 		args,
 	}, nil
@@ -57,8 +73,8 @@ func (t Tables) MatrixReasons(f Filter) (Query, error) {
 	}
 	return Query{
 		"SELECT tool, surface, reason, count() AS calls FROM (" +
-			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_reasons FROM " + name + " WHERE " + w.String() + " " + dedup +
-			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_reasons AS reason" + outer +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, arrayResize(surface_reasons, length(surfaces), '') AS reasons_of FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, reasons_of AS reason" + outer +
 			" GROUP BY tool, surface, reason ORDER BY tool, surface, reason",
 		args,
 	}, nil

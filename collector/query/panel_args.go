@@ -35,7 +35,7 @@ func (p *Params) eventsOf(kind string) *bound {
 		b.add("has(?, tool)", p.Tools)
 	}
 	if p.Call != "" {
-		b.add("call_key = ? OR (call_key = '' AND call_id = ?)", p.Call, p.Call)
+		b.add("call_key = ? OR call_id = ?", p.Call, p.Call)
 	}
 	return b
 }

@@ -28,7 +28,7 @@ GROUP BY tool, surface, state`, p.t("calls"), surfaceJoin, p.callWhere())},
 FROM %s
 WHERE %s
 ORDER BY time_unix_ns, seq
-LIMIT %d`, p.nanos("time", "time_ns"), addr("addr"), p.t("events"), and(p.callWhere(), p.kindIs()), p.Limit)}}
+LIMIT %d`, p.nanos("time", "time_ns"), addr("addr"), p.t("events"), and(p.callWhere(), p.kindIs(), "phase != 'setup'"), p.Limit)}}
 	})
 
 	register("process_tree", "one call's processes (exec and fork events) as a node graph", func(p *Params) []Statement {
@@ -36,7 +36,7 @@ LIMIT %d`, p.nanos("time", "time_ns"), addr("addr"), p.t("events"), and(p.callWh
 FROM %s
 WHERE %s
 ORDER BY time, seq
-LIMIT %d`, p.t("events"), and(p.callWhere(), "kind IN ('exec', 'fork', 'exit')"), p.Limit)}}
+LIMIT %d`, p.t("events"), and(p.callWhere(), "kind IN ('exec', 'fork', 'exit')", "phase != 'setup'"), p.Limit)}}
 	})
 
 	register("call_files", "one call's files: each path opened, how often, how often refused", func(p *Params) []Statement {

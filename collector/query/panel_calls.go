@@ -50,14 +50,14 @@ FROM %s
 WHERE %s`, anyViolation(), p.t("calls"), p.callsWhere())}}
 	})
 
-	registerE("matrix", "tools × surfaces: each cell the worst state of the tool's calls on the surface, with violation counts (Tables.Matrix)", func(p *Params) ([]Statement, error) {
+	registerE("matrix", "tools × surfaces: each cell the worst state of the tool's calls on the surface, with violation counts and a degraded surface's reasons (Tables.MatrixWithReasons)", func(p *Params) ([]Statement, error) {
 		f := Filter{Since: p.From, Until: p.To.Add(time.Nanosecond), Tools: p.Tools, Tenants: p.Tenants, Hosts: p.Hosts,
 			Surface: p.Surface, EndReason: p.EndReason, Text: p.Text}
 		if p.Complete != "" {
 			c := p.Complete == "true"
 			f.Complete = &c
 		}
-		q, err := Tables{Database: p.Database, Dialect: p.Dialect}.Matrix(f)
+		q, err := Tables{Database: p.Database, Dialect: p.Dialect}.MatrixWithReasons(f)
 		if err != nil {
 			return nil, err
 		}

@@ -129,10 +129,11 @@ func (p *Params) scope(hostCol string) string {
 	return and(c...)
 }
 
-// callIs selects one call by key, or by id for calls recorded before they had keys.
+// callIs selects one call by its key, or by its id (what berm run, the agent's logs and an
+// alert give on-call; the tenant variable narrows an id two tenants used).
 func (p *Params) callIs() string {
 	if p.Call == "" {
 		return "0" // a call timeline with no call picked shows nothing, not every call
 	}
-	return "call_key = " + Quote(p.Call) + " OR (call_key = '' AND call_id = " + Quote(p.Call) + ")"
+	return "call_key = " + Quote(p.Call) + " OR call_id = " + Quote(p.Call)
 }

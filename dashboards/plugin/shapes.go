@@ -48,14 +48,16 @@ type cell struct {
 	state      string
 	calls      uint64
 	violations uint64
+	reasons    []string // why the calls' surface was degraded
 }
 
 func worse(a, b string) bool {
 	return slices.Index(query.SurfaceStates, a) < slices.Index(query.SurfaceStates, b)
 }
 
-// matrix folds (tool, surface, state, calls, violations) rows into one row per tool and a
-// column per surface whose value is the worst state, with the violations when there are any;
+// matrix folds (tool, surface, state, calls, violations[, reasons]) rows into one row per tool and a
+// column per surface whose value is the worst state, with the violations when there are any
+// and a degraded state's reasons;
 // "<surface> violations" columns carry the counts for sorting and links.
 func matrix(name string, parts ...*data.Frame) *data.Frame {
 	cells := map[string]map[string]*cell{}
@@ -76,6 +78,13 @@ func matrix(name string, parts ...*data.Frame) *data.Frame {
 			}
 			c.calls += num(f, "calls", i)
 			c.violations += num(f, "violations", i)
+			if state == event.StateDegraded {
+				for _, r := range strings.Split(str(f, "reasons", i), "; ") {
+					if r != "" && !slices.Contains(c.reasons, r) {
+						c.reasons = append(c.reasons, r)
+					}
+				}
+			}
 		}
 	}
 	var tools []string
@@ -107,6 +116,9 @@ func matrix(name string, parts ...*data.Frame) *data.Frame {
 			v := c.state
 			if c.violations > 0 {
 				v = fmt.Sprintf("violated ×%d", c.violations)
+			} else if c.state == event.StateDegraded && len(c.reasons) > 0 {
+				slices.Sort(c.reasons)
+				v += ": " + strings.Join(c.reasons, "; ") // on-call sees why, not only that
 			}
 			row = append(row, v)
 			counts = append(counts, c.violations)

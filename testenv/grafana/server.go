@@ -35,6 +35,9 @@ type Config struct {
 	// Dashboards are the uids of the provisioned dashboards Start waits for: Grafana provisions
 	// dashboards in a background service after it answers /api/health.
 	Dashboards []string
+	// Frontend serves Grafana's web frontend (built once per source version, see Frontend), so
+	// that a browser can open the dashboards; without it only the HTTP API answers.
+	Frontend bool
 }
 
 // Server is a running Grafana.
@@ -54,6 +57,7 @@ func (s *Server) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.Port
 const customINI = `[server]
 http_addr = 127.0.0.1
 http_port = %d
+%s
 [paths]
 data = %s
 logs = %s
@@ -81,13 +85,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	public := ""
+	if cfg.Frontend {
+		if public, err = Frontend(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Dir == "" {
 		if cfg.Dir, err = os.MkdirTemp("", "berm-grafana-"); err != nil {
 			return nil, err
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		s, err := start(ctx, cfg, home)
+		s, err := start(ctx, cfg, home, public)
 		// The Grafana built here (commit 81d85ce8) sometimes fails its first start on a new
 		// database: it creates the default org after the admin's insert made it (UNIQUE
 		// constraint failed: org.id; upstream grafana/grafana#77252, #68644). A new database
@@ -102,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 }
 
-func start(ctx context.Context, cfg Config, home string) (*Server, error) {
+func start(ctx context.Context, cfg Config, home, public string) (*Server, error) {
 	port, err := chtest.FreePort()
 	if err != nil {
 		return nil, err
@@ -114,7 +124,12 @@ func start(ctx context.Context, cfg Config, home string) (*Server, error) {
 		}
 	}
 	ini := filepath.Join(cfg.Dir, "custom.ini")
-	text := fmt.Sprintf(customINI, port, filepath.Join(cfg.Dir, "data"), filepath.Join(cfg.Dir, "logs"),
+	static := ""
+	if public != "" {
+		// Grafana reads public/views/index.html once, at start
+		static = "static_root_path = " + public
+	}
+	text := fmt.Sprintf(customINI, port, static, filepath.Join(cfg.Dir, "data"), filepath.Join(cfg.Dir, "logs"),
 		cfg.PluginsDir, cfg.Provisioning, s.Password, strings.Join(cfg.Unsigned, ","))
 	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
 		return nil, err
@@ -141,7 +156,7 @@ func ForTest(t testing.TB, cfg Config) *Server {
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	// 40 minutes: the first use builds Grafana
+	// 40 minutes: the first use builds Grafana (and its frontend)
 	return testutil.ServerForTest(t, "a real Grafana server", 40*time.Minute,
 		func(ctx context.Context) (*Server, error) { return Start(ctx, cfg) }, (*Server).Stop)
 }

@@ -6,6 +6,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
+
+	"github.com/bermsec/berm/agent/event"
 )
 
 // PluginID is the datasource plugin's id.
@@ -87,7 +90,7 @@ func (d *Dashboard) JSON() ([]byte, error) {
 		"templating":  obj{"list": d.Vars},
 		"annotations": obj{"list": []any{}},
 		"links": []any{obj{"title": "berm", "type": "dashboards", "tags": []string{"berm"}, "asDropdown": true,
-			"includeVars": false, "keepTime": true, "icon": "external link", "targetBlank": false, "tooltip": "", "url": ""}},
+			"includeVars": true, "keepTime": true, "icon": "external link", "targetBlank": false, "tooltip": "", "url": ""}},
 		"panels": d.panels,
 	}
 	var b bytes.Buffer
@@ -116,12 +119,19 @@ func valuesVar(name, label, field string, multi bool) obj {
 		"options": []any{}, "hide": 0, "sort": 1, "regex": "", "skipUrlSync": false}
 }
 
+// surfaceVar is a custom variable: Grafana does not compute a custom variable's options when it
+// loads a dashboard, it reads those saved with it, so they are written here (an empty list is
+// an empty picker).
 func surfaceVar() obj {
+	opts := []any{obj{"text": "All", "value": "$__all", "selected": true}}
+	for _, s := range event.Surfaces {
+		opts = append(opts, obj{"text": s, "value": s, "selected": false})
+	}
 	return obj{"type": "custom", "name": "surface", "label": "surface",
-		"query":      "isolation,resource,policy,credential,approval,observability",
+		"query":      strings.Join(event.Surfaces, ","),
 		"includeAll": true, "allValue": "*", "multi": false,
 		"current": obj{"text": "All", "value": "$__all", "selected": true},
-		"options": []any{}, "hide": 0, "skipUrlSync": false}
+		"options": opts, "hide": 0, "skipUrlSync": false}
 }
 
 func callVar() obj {
@@ -144,9 +154,10 @@ func bermVars() []obj {
 
 // Links.
 
-// callLink opens a call's timeline from a row that has its key.
+// callLink opens a call's timeline from a row that has its key, keeping the datasource, the
+// tenant and the time range.
 func callLink(field string) obj {
-	return obj{"title": "call timeline", "url": "/d/berm-call/berm-call-timeline?var-datasource=${datasource}&var-call=${__data.fields." + field + ":percentencode}&${__url_time_range}"}
+	return obj{"title": "call timeline", "url": "/d/berm-call/berm-call-timeline?var-datasource=${datasource}&${tenant:queryparam}&var-call=${__data.fields." + field + ":percentencode}&${__url_time_range}"}
 }
 
 // override sets properties on the fields a matcher picks.

@@ -10,7 +10,7 @@ import (
 var stateColours = []struct{ pattern, colour, text string }{
 	{"^violated.*", "red", ""},
 	{"^absent$", "#6e6e6e", "absent"},
-	{"^degraded$", "orange", "degraded"},
+	{"^degraded.*", "orange", "degraded"}, // with its reasons: "degraded: events were lost: ..."
 	{"^audit$", "yellow", "audit"},
 	{"^enforced$", "green", "enforced"},
 }
@@ -60,9 +60,9 @@ func Matrix() *Dashboard {
 	d.add("table", "Tools × surfaces", "A row per tool, a column per surface: violated (with the count), absent (nothing configured or enforced), degraded (configured, not fully working: e.g. an incomplete trail), audit (recorded, not blocked), enforced. A cell links to the calls behind it.",
 		24, 9, []obj{berm("matrix", scope(nil))},
 		obj{"defaults": obj{"custom": obj{"align": "center"}}, "overrides": overrides}, obj{"showHeader": true})
-	d.add("timeseries", "Violations over time by surface", "Denials, alerts and limit hits per step.", 12, 8,
+	bars(d.add("timeseries", "Violations over time by surface", "Denials, alerts and limit hits per step.", 12, 8,
 		[]obj{berm("violations_over_time", scope(obj{"surface": "${surface}"}))},
-		obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}, nil)
+		obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}, nil))
 	d.add("bargauge", "Top violating tools", "Tools by denials, alerts and limit hits in the range.", 12, 8,
 		[]obj{berm("top_tools", scope(obj{"surface": "${surface}", "limit": 10}))},
 		obj{"defaults": obj{"color": obj{"mode": "fixed", "fixedColor": "red"}}, "overrides": []any{}},
@@ -74,16 +74,22 @@ func Matrix() *Dashboard {
 	return d
 }
 
+// bars gives a bar panel at most 100 steps in its range: at Grafana's default (one step per
+// pixel, rounded) a short range has 1–2 s steps, and bars a pixel wide.
+func bars(p obj) {
+	p["maxDataPoints"] = 100
+}
+
 // Escape is the security team's view: what the detection rules found.
 func Escape() *Dashboard {
 	d := &Dashboard{File: "escape-detection.json", UID: "berm-escape", Title: "berm / Escape detection",
 		Description: "Alerts of the detection rules, first-seen binaries, escape syscalls and egress denials.",
 		Tags:        []string{"berm"}, Vars: bermVars()}
 	series := obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}
-	d.add("timeseries", "Alerts by rule", "Alerts per step, a series per rule.", 12, 8,
-		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "rule"}))}, series, nil)
-	d.add("timeseries", "Alerts by severity", "Alerts per step, a series per severity.", 12, 8,
-		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "severity"}))}, series, nil)
+	bars(d.add("timeseries", "Alerts by rule", "Alerts per step, a series per rule.", 12, 8,
+		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "rule"}))}, series, nil))
+	bars(d.add("timeseries", "Alerts by severity", "Alerts per step, a series per severity.", 12, 8,
+		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "severity"}))}, series, nil))
 	d.add("table", "Top rules", "Rules by alerts in the range.", 10, 9,
 		[]obj{berm("top_rules", scope(obj{"surface": "${surface}", "limit": 20}))}, nil, obj{"showHeader": true})
 	d.add("table", "Alerts", "Newest first; the call id opens the call's timeline.", 14, 9,
@@ -175,13 +181,20 @@ func Agent() *Dashboard {
 	unit := func(u string) obj {
 		return obj{"defaults": obj{"unit": u, "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
 	}
+	// a share of a size: 0 to 100 %, whatever the values (all 0 gave an axis to 10000 %)
+	share := unit("percentunit")
+	share["defaults"].(obj)["min"], share["defaults"].(obj)["max"] = 0, 1
+	// full buffers drop events: orange from 80 %, red from 95 %, drawn as lines
+	share["defaults"].(obj)["thresholds"] = obj{"mode": "absolute", "steps": []any{
+		obj{"color": "green", "value": nil}, obj{"color": "orange", "value": 0.8}, obj{"color": "red", "value": 0.95}}}
+	share["defaults"].(obj)["custom"].(obj)["thresholdsStyle"] = obj{"mode": "line"}
 	d.add("timeseries", "Events by kind", "Events recorded per second (berm_events_total).", 8, 8,
 		[]obj{prom(rate("berm_events_total", "kind"), "{{kind}}")}, unit("ops"), nil)
 	d.add("timeseries", "Dropped events by where", "Events lost per second: kernel (ring buffer full), user (agent queue full).", 8, 8,
 		[]obj{prom(rate("berm_events_dropped_total", "where"), "{{where}}")}, unit("ops"), nil)
 	d.add("timeseries", "Ring buffer and queue usage", "Bytes waiting in the ring buffer and batches waiting in the agent's queue, as a share of their size.", 8, 8,
 		[]obj{prom("max by (instance) (berm_ringbuf_pending_bytes"+sel+" / berm_ringbuf_size_bytes"+sel+")", "ring {{instance}}"),
-			prom("max by (instance) (berm_queue_bytes"+sel+" / berm_queue_capacity_bytes"+sel+")", "queue {{instance}}")}, unit("percentunit"), nil)
+			prom("max by (instance) (berm_queue_bytes"+sel+" / berm_queue_capacity_bytes"+sel+")", "queue {{instance}}")}, share, nil)
 	d.add("timeseries", "Launches warm and cold", "Calls launched per second in a warm sandbox or one started for them.", 8, 8,
 		[]obj{prom("sum(rate(berm_sandbox_launches_warm_total"+sel+"[$__rate_interval]))", "warm"),
 			prom("sum(rate(berm_sandbox_launches_cold_total"+sel+"[$__rate_interval]))", "cold")}, unit("ops"), nil)
@@ -190,15 +203,19 @@ func Agent() *Dashboard {
 			prom("histogram_quantile(0.99, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p99 {{phase}}")}, unit("s"), nil)
 	d.add("timeseries", "Collector backlog", "Journal bytes not yet in ClickHouse, and the age of the oldest unshipped event.", 8, 8,
 		[]obj{prom("max by (instance) (berm_collector_backlog_bytes"+sel+")", "bytes {{instance}}"),
-			prom("max by (instance) (berm_collector_oldest_unshipped_event_age_seconds"+sel+")", "oldest s {{instance}}")}, line, nil)
+			prom("max by (instance) (berm_collector_oldest_unshipped_event_age_seconds"+sel+")", "oldest s {{instance}}")},
+		obj{"defaults": obj{"unit": "bytes", "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{
+			override("byFrameRefID", "B", prop("unit", "s"), prop("custom.axisPlacement", "right"))}}, nil)
 	d.add("timeseries", "Approvals pending", "Actions held in the kernel now, waiting for a person's decision (berm_approvals_pending).", 8, 8,
-		[]obj{prom("sum by (instance) (berm_approvals_pending"+sel+")", "pending {{instance}}")}, line, nil)
+		[]obj{prom("sum by (instance) (berm_approvals_pending"+sel+")", "pending {{instance}}")}, unit("short"), nil)
 	d.add("timeseries", "Approval decisions by outcome", "Approval requests ended per second, by outcome.", 8, 8,
 		[]obj{prom(rate("berm_approval_decisions_total", "outcome"), "{{outcome}}")}, unit("ops"), nil)
 	d.add("timeseries", "Approval decision latency", "How long a person took to decide (p50, p99), and the share of decisions made in under 2 s: a high share is a rubber-stamp signal.", 8, 8,
 		[]obj{prom("histogram_quantile(0.5, sum by (le) (rate(berm_approval_decision_seconds_bucket"+sel+"[$__rate_interval])))", "p50"),
 			prom("histogram_quantile(0.99, sum by (le) (rate(berm_approval_decision_seconds_bucket"+sel+"[$__rate_interval])))", "p99"),
-			prom("max by (instance) (berm_approval_quick_share"+sel+")", "under 2 s {{instance}}")}, line, nil)
+			prom("max by (instance) (berm_approval_quick_share"+sel+")", "under 2 s {{instance}}")},
+		obj{"defaults": obj{"unit": "s", "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{
+			override("byFrameRefID", "C", prop("unit", "percentunit"), prop("min", 0), prop("max", 1), prop("custom.axisPlacement", "right"))}}, nil)
 	d.add("timeseries", "DNS queries by verdict", "Queries of the calls to berm's resolver per second: allowed, refused, audit-refused.", 8, 8,
 		[]obj{prom(rate("berm_dns_queries_total", "verdict"), "{{verdict}}")}, unit("ops"), nil)
 	d.add("table", "Ingest lag per host", "The newest call record of each host in ClickHouse and how old it is.", 8, 8,

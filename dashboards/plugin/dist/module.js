@@ -51,6 +51,11 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
     violations_over_time: ['tenant', 'tool', 'surface']
   };
 
+  // Grafana cancels a request still running when another with its requestId starts: every
+  // variable query gets its own, or the dashboard's variables, refreshed together, cancel each
+  // other and all but one stay empty.
+  var valuesRequests = 0;
+
   class BermDataSource extends runtime.DataSourceWithBackend {
     constructor(settings) {
       super(settings);
@@ -84,7 +89,7 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
         targets: [q],
         range: (options && options.range) || data.getDefaultTimeRange(),
         scopedVars: (options && options.scopedVars) || {},
-        requestId: 'berm-values',
+        requestId: 'berm-values-' + (++valuesRequests),
         intervalMs: 60000,
         maxDataPoints: 1000
       };
@@ -123,8 +128,9 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
 
   // field is a labelled text input; id ties the label to it (clicking the label focuses it,
   // screen readers name it), so ids are unique per page: query editors prefix their refId.
+  // labelWidth 20 (160 px): "ClickHouse DSN" with its tooltip icon spills out of 16.
   function field(id, label, value, onChange, tooltip, width) {
-    return h(ui.InlineField, { key: id, label: label, labelWidth: 16, tooltip: tooltip, htmlFor: id },
+    return h(ui.InlineField, { key: id, label: label, labelWidth: 20, tooltip: tooltip, htmlFor: id },
       h(ui.Input, {
         id: id, width: width || 40, value: value || '',
         onChange: function (e) { onChange(e.currentTarget.value); }
@@ -146,7 +152,7 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
       field('berm-config-dsn', 'ClickHouse DSN', jd.dsn, setJSON('dsn'), 'clickhouse://host:9000/database (native protocol)', 60),
       field('berm-config-database', 'Database', jd.database, setJSON('database'), 'overrides the DSN\'s database'),
       field('berm-config-tenant', 'Tenant', jd.tenant, setJSON('tenant'), 'restrict every query of this datasource to one tenant'),
-      h(ui.InlineField, { label: 'Password', labelWidth: 16, htmlFor: 'berm-config-password' },
+      h(ui.InlineField, { label: 'Password', labelWidth: 20, htmlFor: 'berm-config-password' },
         h(ui.SecretInput, {
           id: 'berm-config-password', width: 40, isConfigured: !!secureSet,
           value: (options.secureJsonData && options.secureJsonData.password) || '',
@@ -198,7 +204,7 @@ define(['react', '@grafana/data', '@grafana/runtime', '@grafana/ui'], function (
       return field(prefix + f[0], f[1], q[f[0]], set(f[0]), f[2]);
     });
     return h('div', null,
-      h(ui.InlineField, { label: 'Query type', labelWidth: 16, htmlFor: prefix + 'type' },
+      h(ui.InlineField, { label: 'Query type', labelWidth: 20, htmlFor: prefix + 'type' },
         h(ui.Select, {
           inputId: prefix + 'type', width: 40, options: typeOptions, value: q.queryType || null,
           onChange: function (v) { set('queryType')(v.value); props.onRunQuery(); }
