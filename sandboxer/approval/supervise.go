@@ -81,6 +81,8 @@ type Supervisor struct {
 	// roots are the path rules' trees' roots by identity, taken at the first held path
 	// syscall (trees.go); nil until then.
 	roots map[*policy.ApprovalRule]treeRoot
+	// rootsMissing counts the path rules whose root did not exist yet at the last look.
+	rootsMissing int
 	// searches are threads whose gated exec was just denied, by thread id: their shell's
 	// PATH search is the same action (pathsearch.go).
 	searches map[uint32]*pathSearch
