@@ -31,10 +31,11 @@ func (l *launch) supervise(fd int, sb *sandbox) *approval.Supervisor {
 		Broker:   l.spec.Approvals,
 		Call: approval.CallInfo{CallID: l.spec.CallID, Tenant: l.spec.Tenant, Tool: l.spec.Tool,
 			HostUID: sb.ids.UID, HostGID: sb.ids.GID, Landlock: l.env.init.Landlock},
-		Rules: l.env.compiled.Approvals,
-		Emit:  func(ev event.Event) { l.call.Emit(ev) },
-		Log:   slog.Default(),
-		Done:  func() { unix.Close(fd) },
+		Rules:  l.env.compiled.Approvals,
+		Emit:   func(ev event.Event) { l.call.Emit(ev) },
+		Log:    slog.Default(),
+		Done:   func() { unix.Close(fd) },
+		Redact: l.env.redact,
 	}
 	if l.env.compiled.Approvals.Has(policy.ApproveExec) {
 		cfg.Exec = l.call.ExecGate()

@@ -61,3 +61,57 @@ func (p *patterns) get(re, end string) (*compiledPattern, error) {
 	p.mu.Unlock()
 	return c, nil
 }
+
+// ScrubPatterns is s with every match of pats replaced by its Marker, and the names of the
+// patterns that matched, each once, in pats' order: what the stream Redactor does to a line,
+// for one string (an approval request's object). A block pattern's match is redacted with
+// everything after it up to its End's match, or to the end of s when End does not match.
+func ScrubPatterns(s string, pats []Pattern) (string, []string) {
+	if len(pats) == 0 || s == "" {
+		return s, nil
+	}
+	b := []byte(s)
+	var names []string
+	hit := func(name string) {
+		for _, n := range names {
+			if n == name {
+				return
+			}
+		}
+		names = append(names, name)
+	}
+	for i := range pats {
+		p := &pats[i]
+		if !mayMatch(p.anchors, b, lowerOnce(b)) {
+			continue
+		}
+		if p.End == nil {
+			b = p.Regex.ReplaceAllFunc(b, func(m []byte) []byte {
+				if len(m) == 0 {
+					return m
+				}
+				hit(p.Name)
+				return Marker(p.Name)
+			})
+			continue
+		}
+		var out []byte
+		for {
+			loc := p.Regex.FindIndex(b)
+			if loc == nil || loc[1] == loc[0] { // an empty match redacts nothing (and would not end)
+				break
+			}
+			hit(p.Name)
+			out = append(append(out, b[:loc[0]]...), Marker(p.Name)...)
+			rest := b[loc[1]:]
+			if end := p.End.FindIndex(rest); end != nil {
+				b = rest[end[1]:]
+				continue
+			}
+			b = nil
+			break
+		}
+		b = append(out, b...)
+	}
+	return string(b), names
+}

@@ -52,3 +52,27 @@ func TestCompilePattern(t *testing.T) {
 		})
 	}
 }
+
+func TestScrubPatternsRedactsEachMatchOfAString(t *testing.T) {
+	key, _ := CompilePattern("aws-key", `AKIA[0-9A-Z]{16}`, "")
+	pem, _ := CompilePattern("pem", `-----BEGIN [A-Z ]*PRIVATE KEY-----`, `-----END [A-Z ]*PRIVATE KEY-----`)
+	empty, _ := CompilePattern("empty", `x*`, `y*`)
+	pats := []Pattern{key, pem, empty}
+	for _, tc := range []struct {
+		name, in, want string
+		names          []string
+	}{
+		{"no match", "/ws/data/cache.tmp", "/ws/data/cache.tmp", nil},
+		{"a key in a file name", "/ws/reports/AKIAABCDEFGHIJKLMNOP.txt", "/ws/reports/[berm:redacted:aws-key].txt", []string{"aws-key"}},
+		{"two keys, one name", "/ws/AKIAABCDEFGHIJKLMNOP -> /ws/AKIAQQQQQQQQQQQQQQQQ", "/ws/[berm:redacted:aws-key] -> /ws/[berm:redacted:aws-key]", []string{"aws-key"}},
+		{"a block to its end", "a -----BEGIN RSA PRIVATE KEY-----MIIE-----END RSA PRIVATE KEY----- b", "a [berm:redacted:pem] b", []string{"pem"}},
+		{"a block without its end runs to the end", "a -----BEGIN PRIVATE KEY-----MIIE", "a [berm:redacted:pem]", []string{"pem"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, names := ScrubPatterns(tc.in, pats)
+			if got != tc.want || strings.Join(names, ",") != strings.Join(tc.names, ",") {
+				t.Errorf("ScrubPatterns(%q) = %q %v, want %q %v", tc.in, got, names, tc.want, tc.names)
+			}
+		})
+	}
+}

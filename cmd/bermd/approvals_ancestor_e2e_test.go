@@ -194,3 +194,50 @@ func TestApprovalApprovedMoveKeepsTheTreeProtected(t *testing.T) {
 		t.Errorf("p2/config/app.conf after the deny: %q", b)
 	}
 }
+
+// TestApprovalTreeMadeAfterTheStartIsKept: a protected tree that does not exist at the call's
+// first held syscall (a write of log, performed at once) is learned when it does: the tool
+// makes project/.git, and after an approved `mv project p2` the deletion of p2/.git/HEAD is
+// still asked about; denied, the file is as it was. Before, a root missing at the first held
+// syscall was matched by path only for the rest of the call, and the deletion ran unasked.
+func TestApprovalTreeMadeAfterTheStartIsKept(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile, api := filepath.Join(dir, "token"), filepath.Join(dir, "api")
+	d := startDaemon(t, "--approvals-dir", api, "--approvals-token", tokenFile)
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte(ancestorPolicy), 0o644)
+	cli := approvalsAPI{cli: []string{"--dir", api, "--token", tokenFile}}
+	ws := bermbin.Workspace(t)
+	os.Lchown(ws, 65534, 65534)
+	id := "TestApprovalTreeMadeAfterTheStart"
+	done := bermbin.Start(t, exec.Command(bermbin.Path(t, "berm"), "run", "--socket", d.socket, "--daemon", "required",
+		"--call-id", id, "--workspace", ws, "--policy", pol, "--timeout", "60s", "--", "sh", "-c",
+		`echo start > log; mkdir -p project/.git && echo ref > project/.git/HEAD; mv -T project p2; echo mv=$?; rm p2/.git/HEAD; echo rm=$?`))
+	for _, step := range []struct {
+		object  string
+		approve bool
+	}{
+		{"WS/project -> WS/p2", true},
+		{"WS/p2/.git/HEAD", false},
+	} {
+		want := strings.ReplaceAll(step.object, "WS", ws)
+		p := cli.waitFor(t, done, func(p approval.PendingView) bool { return p.CallID == id && p.Object == want })
+		if p.Rule != "git-deletes" {
+			t.Errorf("%s: held under rule %s, want git-deletes", want, p.Rule)
+		}
+		verb := "deny"
+		if step.approve {
+			verb = "approve"
+		}
+		if r := bermbin.Berm(t, nil, append([]string{verb, p.ID, "--by", "alice"}, cli.cli...)...); r.Exit != 0 {
+			t.Fatalf("berm %s: %s", verb, r.Stderr)
+		}
+	}
+	r := d.ended(t, id, done)
+	if !strings.Contains(r.Stdout, "mv=0") || !strings.Contains(r.Stdout, "rm=1") {
+		t.Errorf("stdout %q", r.Stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "p2", ".git", "HEAD")); err != nil || string(b) != "ref\n" {
+		t.Errorf("p2/.git/HEAD after the deny: %q %v", b, err)
+	}
+}

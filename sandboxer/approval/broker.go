@@ -67,6 +67,10 @@ type Request struct {
 	// call's trail).
 	OnRefused func(d Decision, claimed string) `json:"-"`
 
+	// lookup, when set, is the object as the tool named it, for the broker's own look-up of
+	// its inode: Object may be redacted (the policy's patterns), lookup never leaves berm.
+	lookup string
+
 	done chan Decision
 }
 
@@ -183,7 +187,11 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 		// On a goroutine of its own: the supervisor calls this from a thread confined as the
 		// tool (its root, ids and Landlock domain), which could not look at the tool's root.
 		ino := make(chan string, 1)
-		go func(pid uint32, action, object string) { ino <- objectInode(pid, action, object) }(r.PID, r.Action, r.Object)
+		object := r.Object
+		if r.lookup != "" {
+			object = r.lookup
+		}
+		go func(pid uint32, action, object string) { ino <- objectInode(pid, action, object) }(r.PID, r.Action, object)
 		r.Inode = <-ino
 	}
 	r.escaped()
@@ -373,7 +381,7 @@ func (b *Broker) List() []Request {
 	out := make([]Request, 0, len(b.pending))
 	for _, r := range b.pending {
 		c := *r
-		c.done = nil
+		c.done, c.lookup = nil, ""
 		out = append(out, c)
 	}
 	b.mu.Unlock()

@@ -202,7 +202,8 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	}
 	s.mu.Unlock()
 	if isLoader && len(gated) == 0 {
-		s.cfg.Log.Warn("approval: the dynamic loader of a gated program run directly: refused", "call", s.cfg.Call.CallID, "loader", loader, "argv", argv)
+		s.cfg.Log.Warn("approval: the dynamic loader of a gated program run directly: refused", "call", s.cfg.Call.CallID, "loader", loader,
+			"argv", s.redact(o, strings.Join(argv, " ")))
 		s.emitEvent(o, event.Event{Kind: event.KindDenial, Denial: &event.Denial{Layer: event.LayerApproval, Surface: event.SurfaceApproval,
 			Rule: "spec.approvals exec: the dynamic loader of a gated program run directly", Object: strings.TrimSpace(loader + " " + strings.Join(argv[min(1, len(argv)):], " "))}})
 		return unix.EPERM
@@ -211,13 +212,13 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return 0
 	}
 	if long {
-		s.cfg.Log.Warn("approval: gated exec's argv too long to hold", "call", s.cfg.Call.CallID, "path", p)
+		s.cfg.Log.Warn("approval: gated exec's argv too long to hold", "call", s.cfg.Call.CallID, "path", s.redact(o, p))
 		return unix.E2BIG
 	}
 	if isScript(root, start, p, flags, fast) {
 		// The kernel runs the interpreter with argv of its own making: nothing to hold the
 		// exec to. Gate the interpreter instead.
-		s.cfg.Log.Warn("approval: a gated program is a script", "call", s.cfg.Call.CallID, "path", p)
+		s.cfg.Log.Warn("approval: a gated program is a script", "call", s.cfg.Call.CallID, "path", s.redact(o, p))
 		return unix.EPERM
 	}
 	joined := strings.Join(argv[min(1, len(argv)):], " ")

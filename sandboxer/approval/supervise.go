@@ -14,6 +14,7 @@ import (
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/policy/landlock"
+	"github.com/bermsec/berm/agent/secrets"
 )
 
 // CallInfo is what the supervisor knows of its call.
@@ -43,6 +44,10 @@ type SupervisorConfig struct {
 	Exec ExecGate
 	// Done is called at End, once no handler runs any more.
 	Done func()
+	// Redact are the policy's output patterns (spec.output.redact): what matches them in an
+	// object is redacted in the request (the prompt, the API, the webhook, the log) and in
+	// the call's events, with an alert per pattern (redact.go).
+	Redact []secrets.Pattern
 }
 
 // Supervisor answers one call's gated syscalls.
@@ -76,9 +81,16 @@ type Supervisor struct {
 	// roots are the path rules' trees' roots by identity, taken at the first held path
 	// syscall (trees.go); nil until then.
 	roots map[*policy.ApprovalRule]treeRoot
+	// rootsMissing counts the path rules whose root did not exist yet at the last look.
+	rootsMissing int
 	// searches are threads whose gated exec was just denied, by thread id: their shell's
 	// PATH search is the same action (pathsearch.go).
 	searches map[uint32]*pathSearch
+
+	// redactSeen are the patterns already alerted on (redact.go), under its own lock: events
+	// are emitted with mu held or not.
+	redactMu   sync.Mutex
+	redactSeen map[string]bool
 }
 
 // MaxInFlight bounds the held syscalls one call's supervisor handles at once.
@@ -339,7 +351,7 @@ func (s *Supervisor) gated(o *op) {
 		return
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
-		Syscall: o.name, Object: o.object, Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID}
+		Syscall: o.name, Object: s.redact(o, o.object), Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID, lookup: o.object}
 	req.OnRefused = func(d Decision, claimed string) {
 		a := base
 		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)
@@ -436,5 +448,14 @@ func (s *Supervisor) emitDenial(o *op) {
 
 func (s *Supervisor) emitEvent(o *op, ev event.Event) {
 	ev.TID, ev.PID = o.n.PID, uint32(o.tgid)
+	// What quotes the tool's object passes the policy's patterns (redact.go).
+	switch {
+	case ev.Approval != nil:
+		ev.Approval.Object = s.redact(o, ev.Approval.Object)
+	case ev.Denial != nil:
+		ev.Denial.Object = s.redact(o, ev.Denial.Object)
+	case ev.Alert != nil && ev.Alert.RuleID != redactAlert:
+		ev.Alert.Output = s.redact(o, ev.Alert.Output)
+	}
 	s.cfg.Emit(ev)
 }

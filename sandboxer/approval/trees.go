@@ -34,26 +34,41 @@ func literalRoot(g string) string {
 	return "/" + strings.Join(names, "/")
 }
 
-// rootsOnce takes the path rules' roots' identities from the call's root, once.
+// rootsOnce takes the path rules' roots' identities from the call's root: at the call's first
+// held path syscall those that exist, and at every later one those that did not yet (a tree
+// the tool makes after its start: mkdir -p project/.git, then mv project p2). A root is
+// learned once and kept: what a held rename moves was learned before its decision (this runs
+// first), so the tree stays gated under its new name. Its cost is one look-up per rule whose
+// root is still missing, per held path syscall.
 func (s *Supervisor) rootsOnce(root int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.roots != nil {
+	if s.roots == nil {
+		s.roots = map[*policy.ApprovalRule]treeRoot{}
+	} else if s.rootsMissing == 0 {
 		return
 	}
-	s.roots = map[*policy.ApprovalRule]treeRoot{}
+	missing := 0
 	for i := range s.cfg.Rules.Rules {
 		r := &s.cfg.Rules.Rules[i]
 		if r.Glob == "" {
 			continue
 		}
+		if _, ok := s.roots[r]; ok {
+			continue
+		}
 		p := literalRoot(r.Glob)
+		if p == "/" {
+			continue // the root itself: by path only
+		}
 		var st unix.Stat_t
-		if p == "/" || statInRoot(root, p, true, &st) != nil {
-			continue // nothing there yet (or the root itself): by path only
+		if statInRoot(root, p, true, &st) != nil {
+			missing++ // nothing there yet: by path only, until it is
+			continue
 		}
 		s.roots[r] = treeRoot{path: p, id: statID(&st)}
 	}
+	s.rootsMissing = missing
 }
 
 // ancestry is an object's identity and its ancestors', nearest first, with its path below
