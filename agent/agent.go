@@ -6,10 +6,12 @@ package agent
 
 import (
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/bermsec/berm/agent/dnsguard"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/inject"
 	"github.com/bermsec/berm/agent/journal"
 	"github.com/bermsec/berm/agent/lsm"
 	"github.com/bermsec/berm/agent/netguard"
@@ -55,6 +58,9 @@ type Config struct {
 	// DNS configures the node's resolver, where every networked call's DNS goes (its
 	// upstream: bermd --dns-upstream; default the host's resolv.conf).
 	DNS dnsguard.Config
+	// InjectRoots verify the servers behind injected credentials (nil: the host's roots, or
+	// the file InjectRootsEnv names).
+	InjectRoots *x509.CertPool
 	// Kill ends every process of a call's cgroup. The launcher owns cgroups; the agent only
 	// asks it to kill (a call that attempted a fatal syscall).
 	Kill func(cgroupDir string) error
@@ -69,20 +75,23 @@ type Judge interface {
 
 // Agent traces sandboxed calls.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	tr      *tracer.Tracer
-	net     *netguard.Guard // nil: the kernel refused the cgroup sock hooks
-	dns     *dnsguard.Resolver
-	dnsErr  error    // why there is no resolver: calls whose policies name domains are refused
-	lsm     *lsm.LSM // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
-	layers  []string
-	rd      *ringbuf.Reader
-	jw      *journal.Writer
-	m       *metrics
-	clock   int64 // wall-clock ns minus boot-clock ns
-	wg      sync.WaitGroup
-	closing chan struct{}
+	cfg    Config
+	log    *slog.Logger
+	tr     *tracer.Tracer
+	net    *netguard.Guard // nil: the kernel refused the cgroup sock hooks
+	dns    *dnsguard.Resolver
+	dnsErr error // why there is no resolver: calls whose policies name domains are refused
+	// injectRoots verify injected credentials' servers (nil: the host's roots)
+	injectRoots *x509.CertPool
+	injectErr   error    // the roots named could not be read: injected credentials are refused
+	lsm         *lsm.LSM // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
+	layers      []string
+	rd          *ringbuf.Reader
+	jw          *journal.Writer
+	m           *metrics
+	clock       int64 // wall-clock ns minus boot-clock ns
+	wg          sync.WaitGroup
+	closing     chan struct{}
 
 	mu    sync.Mutex
 	calls map[uint64]*Call // by cgroup id
@@ -160,6 +169,12 @@ func New(cfg Config) (a *Agent, err error) {
 		}
 		if a.dns, a.dnsErr = dnsguard.New(cfg.DNS); a.dnsErr != nil {
 			a.log.Warn("dns resolver unavailable: calls whose policies name domains will be refused", "err", a.dnsErr)
+		}
+	}
+	a.injectRoots = cfg.InjectRoots
+	if a.injectRoots == nil {
+		if a.injectRoots, a.injectErr = LoadInjectRoots(os.Getenv(InjectRootsEnv)); a.injectErr != nil {
+			a.log.Warn("injected credentials: upstream roots unreadable: calls with injected credentials will be refused", "err", a.injectErr)
 		}
 	}
 	if a.lsm, err = lsm.New(a.tr.Shared()); err != nil {
@@ -255,6 +270,8 @@ type Call struct {
 	dnsUpstream string
 	dnsMu       sync.Mutex     // dns and dnsDropped: a reload attaches or detaches the resolver
 	dns         *dnsguard.Call // the call's resolver listeners, while its policy names domains
+	injectMu    sync.Mutex
+	inject      *inject.Call // the call's injecting egress, while it holds injected credentials
 	// dnsDropped are its UDP queries the kernel dropped before its resolver read them, known
 	// once its listeners are closed (closeDNS).
 	dnsDropped uint64
@@ -503,7 +520,7 @@ func (c *Call) closeDNS() error {
 
 func (a *Agent) detachLayers(c *Call) error {
 	var errs []error
-	errs = append(errs, c.closeDNS())
+	errs = append(errs, c.closeDNS(), c.closeInject())
 	if c.net != nil {
 		errs = append(errs, c.net.Close())
 		c.net = nil
@@ -590,8 +607,8 @@ var (
 func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	var errs []error
 	var incomplete []string
-	// the resolver's events of the call go into the queue before the barrier passes through it
-	if err := c.closeDNS(); err != nil {
+	// the resolver's and the egress's events of the call go into the queue before the barrier passes through it
+	if err := errors.Join(c.closeDNS(), c.closeInject()); err != nil {
 		errs = append(errs, err)
 	}
 	if !res.Populated {

@@ -46,6 +46,8 @@ const struct berm_dns_pin_key *unused_dns_pin_key __attribute__((unused));
 const struct berm_dns_pin_rule *unused_dns_pin_rule __attribute__((unused));
 const struct berm_dns_pin *unused_dns_pin __attribute__((unused));
 const struct berm_dns_orig *unused_dns_orig __attribute__((unused));
+const struct berm_inject_key *unused_inject_key __attribute__((unused));
+const struct berm_inject_orig *unused_inject_orig __attribute__((unused));
 const struct berm_xg_gate_key *unused_xg_gate_key __attribute__((unused));
 const struct berm_xg_allow_key *unused_xg_allow_key __attribute__((unused));
 const struct berm_xg_allow *unused_xg_allow __attribute__((unused));

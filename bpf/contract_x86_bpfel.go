@@ -153,6 +153,23 @@ type WireBermHdr struct {
 	Comm     [16]int8
 }
 
+type WireBermInjectKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Addr     [16]uint8
+	Port     uint16
+	Pad      [6]uint8
+}
+
+type WireBermInjectOrig struct {
+	_         structs.HostLayout
+	CgroupId  uint64
+	Addr      [16]uint8
+	Port      uint16
+	ProxyPort uint16
+	Pad       uint32
+}
+
 type WireBermKaddr struct {
 	_      structs.HostLayout
 	Family uint16
@@ -369,6 +386,8 @@ const (
 	WireVarUnusedExit        = "unused_exit"
 	WireVarUnusedFork        = "unused_fork"
 	WireVarUnusedHdr         = "unused_hdr"
+	WireVarUnusedInjectKey   = "unused_inject_key"
+	WireVarUnusedInjectOrig  = "unused_inject_orig"
 	WireVarUnusedKaddr       = "unused_kaddr"
 	WireVarUnusedLsmDeny     = "unused_lsm_deny"
 	WireVarUnusedLsmKey      = "unused_lsm_key"
@@ -464,6 +483,8 @@ type WireVariableSpecs struct {
 	UnusedExit        *ebpf.VariableSpec `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.VariableSpec `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.VariableSpec `ebpf:"unused_hdr"`
+	UnusedInjectKey   *ebpf.VariableSpec `ebpf:"unused_inject_key"`
+	UnusedInjectOrig  *ebpf.VariableSpec `ebpf:"unused_inject_orig"`
 	UnusedKaddr       *ebpf.VariableSpec `ebpf:"unused_kaddr"`
 	UnusedLsmDeny     *ebpf.VariableSpec `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
@@ -535,6 +556,8 @@ type WireVariables struct {
 	UnusedExit        *ebpf.Variable `ebpf:"unused_exit"`
 	UnusedFork        *ebpf.Variable `ebpf:"unused_fork"`
 	UnusedHdr         *ebpf.Variable `ebpf:"unused_hdr"`
+	UnusedInjectKey   *ebpf.Variable `ebpf:"unused_inject_key"`
+	UnusedInjectOrig  *ebpf.Variable `ebpf:"unused_inject_orig"`
 	UnusedKaddr       *ebpf.Variable `ebpf:"unused_kaddr"`
 	UnusedLsmDeny     *ebpf.Variable `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.Variable `ebpf:"unused_lsm_key"`

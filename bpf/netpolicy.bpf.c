@@ -28,6 +28,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_UDP 17
 
 #include "lib/dnspin.h"
+#include "lib/inject.h"
 
 /*
  * A call's policy is a generation: a number never reused, that keys the call's prefixes in
@@ -223,6 +224,16 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u32 rule;
 	if (berm_dns_redirect(ctx, cgid, port, family == AF_INET6))
 		return 1; /* to berm's resolver: the call's DNS is answered there or nowhere */
+	if (connect && proto == IPPROTO_TCP) {
+		/* to berm's injecting egress: a credential's host is reached through it or not at all */
+		int moved = berm_inject_redirect(ctx, cgid, key->addr, port, family == AF_INET6);
+		if (moved > 0)
+			return 1;
+		if (moved < 0) {
+			emit_deny(cfg, cgid, 0, 0, 0, family, port, proto, key->addr);
+			return 0;
+		}
+	}
 	if (berm_dns_foreign(cgid, key->addr, port)) {
 		__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
 		emit_deny(cfg, cgid, 0, audit, 0, family, port, proto, key->addr);
@@ -366,6 +377,7 @@ SEC("cgroup/getpeername4")
 int berm_dns_getpeername4(struct bpf_sock_addr *ctx)
 {
 	berm_dns_unredirect(ctx, 0);
+	berm_inject_unredirect(ctx, 0);
 	return 1;
 }
 
@@ -374,5 +386,6 @@ SEC("cgroup/getpeername6")
 int berm_dns_getpeername6(struct bpf_sock_addr *ctx)
 {
 	berm_dns_unredirect(ctx, 1);
+	berm_inject_unredirect(ctx, 1);
 	return 1;
 }

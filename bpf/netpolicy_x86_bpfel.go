@@ -24,6 +24,8 @@ const (
 	NetpolicyMapBermDnsPorts         = "berm_dns_ports"
 	NetpolicyMapBermDrops            = "berm_drops"
 	NetpolicyMapBermEvents           = "berm_events"
+	NetpolicyMapBermInjectDsts       = "berm_inject_dsts"
+	NetpolicyMapBermInjectOrig       = "berm_inject_orig"
 	NetpolicyMapBermNetGens          = "berm_net_gens"
 	NetpolicyMapBermNetOwned         = "berm_net_owned"
 	NetpolicyMapBermNetPolicy        = "berm_net_policy"
@@ -109,6 +111,8 @@ type NetpolicyMapSpecs struct {
 	BermDnsPorts    *ebpf.MapSpec `ebpf:"berm_dns_ports"`
 	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermInjectDsts  *ebpf.MapSpec `ebpf:"berm_inject_dsts"`
+	BermInjectOrig  *ebpf.MapSpec `ebpf:"berm_inject_orig"`
 	BermNetGens     *ebpf.MapSpec `ebpf:"berm_net_gens"`
 	BermNetOwned    *ebpf.MapSpec `ebpf:"berm_net_owned"`
 	BermNetPolicy   *ebpf.MapSpec `ebpf:"berm_net_policy"`
@@ -154,6 +158,8 @@ type NetpolicyMaps struct {
 	BermDnsPorts    *ebpf.Map `ebpf:"berm_dns_ports"`
 	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermInjectDsts  *ebpf.Map `ebpf:"berm_inject_dsts"`
+	BermInjectOrig  *ebpf.Map `ebpf:"berm_inject_orig"`
 	BermNetGens     *ebpf.Map `ebpf:"berm_net_gens"`
 	BermNetOwned    *ebpf.Map `ebpf:"berm_net_owned"`
 	BermNetPolicy   *ebpf.Map `ebpf:"berm_net_policy"`
@@ -172,6 +178,8 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermDnsPorts,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermInjectDsts,
+		m.BermInjectOrig,
 		m.BermNetGens,
 		m.BermNetOwned,
 		m.BermNetPolicy,

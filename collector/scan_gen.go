@@ -480,6 +480,23 @@ func (sc *scanner) credential(x *event.Credential) {
 	if sc.has(`,"other_tenant":`) {
 		x.OtherTenant = sc.nonEmpty()
 	}
+	if sc.has(`,"host":`) {
+		x.Host = sc.nonEmpty()
+	}
+	if sc.has(`,"method":`) {
+		x.Method = sc.nonEmpty()
+	}
+	if sc.has(`,"path":`) {
+		x.Path = sc.nonEmpty()
+	}
+	if sc.has(`,"status":`) {
+		x.Status = sc.int()
+		sc.check(x.Status != 0)
+	}
+	if sc.has(`,"bytes":`) {
+		x.Bytes = sc.int64()
+		sc.check(x.Bytes != 0)
+	}
 	sc.expect('}')
 }
 

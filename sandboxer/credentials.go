@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/inject"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/policy/landlock"
 	"github.com/bermsec/berm/agent/secrets"
@@ -38,6 +39,10 @@ type issued struct {
 	value  []byte
 	fp     string
 	remove func() // out of the node's registry
+	// placeholder is what the tool gets of an injected credential (inject.go); the value
+	// stays in berm. removePH takes it out of the registry.
+	placeholder []byte
+	removePH    func()
 
 	mu      sync.Mutex
 	revoked string // the revoke's result once it ran ("" before, or with no revoke command)
@@ -47,10 +52,22 @@ type issued struct {
 }
 
 func (c *issued) delivery() string {
+	d := "file " + c.cred.Deliver.File
 	if c.cred.Deliver.Env != "" {
-		return "env " + c.cred.Deliver.Env
+		d = "env " + c.cred.Deliver.Env
 	}
-	return "file " + c.cred.Deliver.File
+	if c.injected() {
+		d += " (placeholder; injected by berm's egress for " + strings.Join(c.cred.Deliver.Inject.Hosts, ",") + ")"
+	}
+	return d
+}
+
+// delivered is what the tool gets: the placeholder of an injected credential, else the value.
+func (c *issued) delivered() []byte {
+	if c.injected() {
+		return c.placeholder
+	}
+	return c.value
 }
 
 func sourceName(s policy.CredentialSource) string {
@@ -126,16 +143,23 @@ func (l *launch) issueCredentials(reg *secrets.Registry, argvLeaks []secrets.Lit
 		byName[c.Name] = is
 		is.fp = reg.FP.Of(is.value)
 		is.remove = reg.Add(secrets.Owner{CallKey: l.callKey, CallID: l.spec.CallID, Tenant: l.spec.Tenant, Name: c.Name, Fingerprint: is.fp}, is.value)
+		if is.injected() {
+			// The placeholder anywhere but its header to its hosts is an attempt to move the
+			// secret: registered like one, it is refused in DNS names and redacted and
+			// alerted on in the output and the trail.
+			is.placeholder = inject.Placeholder(is.value)
+			is.removePH = reg.Add(secrets.Owner{CallKey: l.callKey, CallID: l.spec.CallID, Tenant: l.spec.Tenant, Name: c.Name, Fingerprint: is.fp}, is.placeholder)
+		}
 		l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 			Name: c.Name, Action: event.CredentialIssued, Fingerprint: is.fp, Source: sourceName(c.Source), Delivery: is.delivery()}})
 		if c.Deliver.Env != "" {
 			// The broker's value is the one the tool sees: a caller's variable of the same
 			// name goes (with two, getenv would return the first).
 			env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, c.Deliver.Env+"=") })
-			env = append(env, c.Deliver.Env+"="+string(is.value))
+			env = append(env, c.Deliver.Env+"="+string(is.delivered()))
 			continue
 		}
-		l.env.init.Secrets = append(l.env.init.Secrets, sandboxinit.SecretFile{Path: c.Deliver.File, Data: is.value})
+		l.env.init.Secrets = append(l.env.init.Secrets, sandboxinit.SecretFile{Path: c.Deliver.File, Data: is.delivered()})
 		if l.env.init.Landlock != nil {
 			rs := *l.env.init.Landlock
 			rs.Paths = append(append([]landlock.PathRule(nil), rs.Paths...), landlock.PathRule{Path: c.Deliver.File, Access: landlock.ReadFile},
@@ -149,6 +173,10 @@ func (l *launch) issueCredentials(reg *secrets.Registry, argvLeaks []secrets.Lit
 			l.emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{
 				Name: f.Name, Action: event.CredentialLeaked, Fingerprint: is.fp, Delivery: is.delivery(), Result: "redacted", Where: "call argv", Encoding: f.Encoding}})
 		}
+	}
+	env, err := l.startInjection(env)
+	if err != nil {
+		return err
 	}
 	l.env.init.Env = env
 	return nil
@@ -204,6 +232,9 @@ func (l *launch) forgetCredentials() {
 	for _, c := range l.creds {
 		if c.remove != nil {
 			c.remove()
+		}
+		if c.removePH != nil {
+			c.removePH()
 		}
 		clear(c.value)
 	}
@@ -357,6 +388,11 @@ func (l *launch) redactor(stream string, w io.Writer) io.Writer {
 		byName[c.cred.Name] = c
 		for _, f := range secrets.Forms(c.value) {
 			own = append(own, secrets.Literal{Name: c.cred.Name, Form: f})
+		}
+		if c.placeholder != nil {
+			for _, f := range secrets.Forms(c.placeholder) {
+				own = append(own, secrets.Literal{Name: c.cred.Name, Form: f})
+			}
 		}
 	}
 	pats := l.env.redact

@@ -1,8 +1,11 @@
 package sandboxer
 
 import (
+	"time"
+
 	"github.com/bermsec/berm/agent"
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/inject"
 	"github.com/bermsec/berm/agent/policy"
 	"github.com/bermsec/berm/agent/secrets"
 	"github.com/bermsec/berm/sandboxer/approval"
@@ -32,6 +35,9 @@ type CallRecorder interface {
 	StateDir() string
 	// ExecGate is the call's exec gate in the kernel (approval rules that hold execs).
 	ExecGate() approval.ExecGate
+	// Inject starts the call's injecting egress for its injected credentials and returns its
+	// CA certificate (PEM) for the call's trust store.
+	Inject(creds []inject.Credential, life time.Duration) ([]byte, error)
 }
 
 // Local records with an in-process agent.
@@ -61,5 +67,9 @@ func (l localCall) Key() string                 { return l.c.Start.CallKey }
 func (l localCall) Secrets() *secrets.Registry  { return l.a.Secrets() }
 func (l localCall) StateDir() string            { return l.a.StateDir() }
 func (l localCall) ExecGate() approval.ExecGate { return l.a.ExecGate(l.c) }
+
+func (l localCall) Inject(creds []inject.Credential, life time.Duration) ([]byte, error) {
+	return l.a.Inject(l.c, creds, life)
+}
 
 func (l localCall) UpdateNetwork(pol *policy.NetPolicy) error { return l.a.UpdateNetwork(l.c, pol) }

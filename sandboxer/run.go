@@ -160,6 +160,12 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	// command line before that is journalled.
 	l := &launch{spec: spec, cg: sb.cg, env: env, quota: p.quota, stateDir: rec.StateDir()}
 	mintErr := l.mintCredentials()
+	for _, c := range l.creds {
+		if c.injected() {
+			start.Layers = append(start.Layers, event.LayerInject)
+			break
+		}
+	}
 	defer l.pending.close()
 	defer l.forgetCredentials()
 	var argvLeaks []secrets.Literal

@@ -10,6 +10,8 @@ const (
 	CredentialDelivered = "delivered" // handed to the tool (env or file)
 	CredentialRevoked   = "revoked"   // its revoke command ran (Result says how it went), or its file was removed
 	CredentialLeaked    = "leaked"    // its bytes (or an encoding of them) showed where they should not
+	CredentialInjected  = "injected"  // berm's egress put it into a request of the tool's to one of its hosts (agent/inject)
+	CredentialRefused   = "refused"   // berm's egress refused a request carrying its placeholder (Result says why)
 )
 
 // Credential is one step of a brokered credential. Fingerprint is HMAC-SHA256 of the value
@@ -26,6 +28,12 @@ type Credential struct {
 	Encoding    string `json:"encoding,omitempty"`     // leaked: raw, base64, base64url, hex, url, json
 	OtherCall   string `json:"other_call,omitempty"`   // leaked: the call key of the call the secret was issued to, when not this one
 	OtherTenant string `json:"other_tenant,omitempty"` // leaked: that call's tenant
+	// injected, refused: the request berm's egress saw (never the value, nor the query)
+	Host   string `json:"host,omitempty"`   // the host the request named (TLS SNI, Host)
+	Method string `json:"method,omitempty"` // its method
+	Path   string `json:"path,omitempty"`   // its path, without the query
+	Status int    `json:"status,omitempty"` // the response's status code
+	Bytes  int64  `json:"bytes,omitempty"`  // the response body's bytes the tool received
 }
 
 // CredentialUse is a credential the call received, in its record.

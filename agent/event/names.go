@@ -20,6 +20,9 @@ const (
 	// environment, brokered credentials revoked at its end), and its output is scanned for
 	// credentials (its own, other calls', the policy's patterns) and redacted.
 	LayerCredentials = "credential-broker"
+	// LayerInject: the call's injected credentials' secrets never entered it; berm's egress,
+	// where the kernel sends its connects to their hosts, put them in (agent/inject).
+	LayerInject = "inject"
 )
 
 // Surfaces are the six sandbox surfaces a call is bounded by: every denial, alert and limit is

@@ -93,6 +93,11 @@ func (cn *CallNet) Pin(addr netip.Addr, rules []PinRule) error {
 		}
 		v.R[i] = bpf.WireBermDnsPinRule{ExpiresNs: uint64(mono) + uint64(left), Rule: r.Rule, PortLo: r.PortLo, PortHi: r.PortHi, Proto: r.Proto}
 	}
+	// the move to the injecting egress first: an address open before it is moved would let
+	// a racing connect past it
+	if err := cn.moveInjected(addr, rules); err != nil {
+		return err
+	}
 	if err := cn.g.objs.BermDnsPins.Update(&key, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("pin %s for cgroup %d: %w", addr, cn.cgroupID, err)
 	}

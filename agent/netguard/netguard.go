@@ -181,6 +181,10 @@ type CallNet struct {
 	resolver bool                               // berm_dns_calls holds the call (dns.go)
 	port     uint16                             // its resolver port in berm_dns_ports
 	pins     map[bpf.WireBermDnsPinKey]struct{} // its pinned addresses in berm_dns_pins
+
+	injectPort  uint16                             // its injecting egress port in berm_dns_ports (inject.go)
+	injectRules map[uint32]bool                    // the domain rules of injected credentials' hosts
+	injectKeys  map[bpf.WireBermInjectKey]struct{} // its redirections in berm_inject_dsts
 }
 
 // version is one installed policy: what the cleaner deletes once it is out of effect.
@@ -365,7 +369,7 @@ func (cn *CallNet) Close() error {
 		}
 	}
 	cn.links = nil
-	errs = append(errs, cn.closeDNS())
+	errs = append(errs, cn.closeDNS(), cn.closeInject())
 	// only what this CallNet installed: a failed second Attach must not remove the first's
 	if cn.cur.gen != 0 {
 		cn.g.publish(cn.slot, 0)

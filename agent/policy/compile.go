@@ -245,6 +245,10 @@ func (c *Compiled) encodeNetworkRules(w io.Writer) {
 		}
 	}
 	for _, d := range c.Network.Domains {
+		if d.Inject != "" {
+			fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d allow-private=%t inject=%s\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID, d.AllowPrivate, q(d.Inject))
+			continue
+		}
 		if d.AllowPrivate {
 			fmt.Fprintf(w, "domain %s proto=%d ports=%v rule=%d allow-private\n", q(d.Pattern), d.Proto, d.Ports, d.RuleID)
 		} else {

@@ -123,6 +123,22 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 			entries = append(entries, NetEntry{Prefix: pfx, PortLo: pr.Lo, PortHi: pr.Hi, Proto: proto, Allow: true, RuleID: id})
 		}
 	}
+	for i, cr := range p.Spec.Credentials {
+		in := cr.Deliver.Inject
+		if in == nil {
+			continue
+		}
+		field := fmt.Sprintf("spec.credentials[%d].deliver.inject", i)
+		ports := make([]PortRange, 0, len(InjectPorts))
+		for _, pt := range InjectPorts {
+			ports = append(ports, PortRange{pt, pt})
+		}
+		for _, h := range in.Hosts {
+			text := fmt.Sprintf("allow tcp %s %v through berm's egress, which injects credential %s", h, InjectPorts, cr.Name)
+			id := c.addRule(event.LayerCgroupSock, field, text)
+			c.Network.Domains = append(c.Network.Domains, DomainRule{Pattern: h, Ports: ports, Proto: ProtoTCP, RuleID: id, Field: field, AllowPrivate: in.AllowPrivate, Inject: cr.Name})
+		}
+	}
 	for _, b := range builtinDenies {
 		pfx := to6(b.prefix)
 		if named[pfx] {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"path"
 	"regexp"
 	"slices"
@@ -39,10 +40,77 @@ type CredentialSource struct {
 	Exec []string // its stdout is the secret; BERM_CALL_ID, BERM_TENANT, BERM_TOOL, BERM_TTL set
 }
 
-// CredentialDelivery is exactly one of Env, File.
+// CredentialDelivery is exactly one of Env, File. With Inject, what the tool gets there is a
+// per-call placeholder of the secret's shape; the secret stays in berm, which puts it into the
+// tool's requests to the credential's hosts on their way out (agent/inject).
 type CredentialDelivery struct {
-	Env  string
-	File string
+	Env    string
+	File   string
+	Inject *Inject
+}
+
+// Inject says where berm's egress puts the secret in place of the placeholder: in Header
+// (Format with {} standing for the value) of HTTP requests to Hosts only, on ports 443 (TLS,
+// under a per-call CA) and 80.
+type Inject struct {
+	Hosts  []string // exact host names, lowercase
+	Header string   // canonical header name; default Authorization
+	Format string   // holds {} once; default "Bearer {}"
+	// AllowPrivate: the hosts may resolve to internal addresses (as a domain rule's).
+	AllowPrivate bool
+}
+
+// InjectPorts are the ports of a credential's hosts whose connections go through berm's
+// injecting egress: 443 (TLS) and 80.
+var InjectPorts = []uint16{443, 80}
+
+var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+func (d *decoder) inject(n *yaml.Node, field string, dst **Inject) {
+	in := &Inject{Header: "Authorization", Format: "Bearer {}"}
+	before := len(d.errs)
+	d.mapping(n, field, fields{
+		"hosts": func(n *yaml.Node, f string) {
+			list(d, n, f, &in.Hosts, func(n *yaml.Node, f string) (string, bool) {
+				var h string
+				d.domain(n, f, &h)
+				if strings.HasPrefix(h, "*") {
+					d.fail(n, f, "expected an exact host name like api.github.com (no wildcard: the secret goes to named hosts only), got %s", describe(n))
+					return "", false
+				}
+				return h, h != ""
+			})
+			if n.Kind == yaml.SequenceNode && len(n.Content) == 0 {
+				d.fail(n, f, "expected at least one host")
+			}
+		},
+		"header": func(n *yaml.Node, f string) {
+			s, ok := d.scalar(n, f, "an HTTP header name like Authorization", "!!str")
+			if !ok {
+				return
+			}
+			if !headerNameRE.MatchString(s) {
+				d.fail(n, f, "expected an HTTP header name like Authorization, got %s", describe(n))
+				return
+			}
+			in.Header = http.CanonicalHeaderKey(s)
+		},
+		"format": func(n *yaml.Node, f string) {
+			s, ok := d.scalar(n, f, `a header value holding {} once, like "Bearer {}"`, "!!str")
+			if !ok {
+				return
+			}
+			if strings.Count(s, "{}") != 1 || strings.ContainsAny(s, "\r\n\x00") {
+				d.fail(n, f, `expected a header value holding {} once (where the secret goes), like "Bearer {}", got %s`, describe(n))
+				return
+			}
+			in.Format = s
+		},
+		"allowPrivate": func(n *yaml.Node, f string) { d.boolean(n, f, &in.AllowPrivate) },
+	}, "hosts")
+	if len(d.errs) == before {
+		*dst = in
+	}
 }
 
 // Output is what berm does to the tool's stdout and stderr on their way to the caller.
@@ -95,6 +163,7 @@ func (d *decoder) credential(n *yaml.Node, field string) (Credential, bool) {
 						c.Deliver.File = p
 					}
 				},
+				"inject": func(n *yaml.Node, f string) { d.inject(n, f, &c.Deliver.Inject) },
 			})
 			if given != 1 && n.Kind == yaml.MappingNode {
 				d.fail(n, f, "expected exactly one of env or file, got %d", given)
@@ -216,6 +285,10 @@ func (d *decoder) checkCredentials(p *Policy) {
 			d.fail(at(f+".name"), f+".name", "credential %s listed twice", c.Name)
 		}
 		names[c.Name] = true
+		if c.Deliver.Inject != nil && p.Spec.Isolation.Network != NetworkHostFiltered {
+			d.fail(at(f+".deliver.inject"), f+".deliver.inject",
+				"an injected credential needs spec.isolation.network: %s (its hosts are reached through berm's egress), got %s", NetworkHostFiltered, p.Spec.Isolation.Network)
+		}
 		if e := c.Deliver.Env; e != "" {
 			if envs[e] {
 				d.fail(at(f+".deliver.env"), f+".deliver.env", "%s delivered twice", e)

@@ -18,6 +18,9 @@ type DomainRule struct {
 	Field   string // where it comes from: spec.network.egress[i]
 	// AllowPrivate: answers in PrivateRange's ranges are pinned too (allowPrivate: true).
 	AllowPrivate bool
+	// Inject names the credential whose hosts this rule opens: its addresses' ports go to
+	// berm's injecting egress (agent/inject), never straight out.
+	Inject string
 }
 
 // privateRanges are the addresses inside a host or its networks: a public name answered with

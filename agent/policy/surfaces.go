@@ -15,7 +15,7 @@ var surfaceLayers = map[string][]string{
 	event.SurfaceIsolation:     {event.LayerCgroup, event.LayerNamespaces, event.LayerNoNewPrivs, event.LayerMount, event.LayerCapabilities},
 	event.SurfaceResource:      {event.LayerCgroup},
 	event.SurfacePolicy:        {event.LayerLandlock, event.LayerSeccomp, event.LayerCgroupSock, event.LayerLSM, event.LayerLeftovers},
-	event.SurfaceCredential:    {event.LayerCredentials},
+	event.SurfaceCredential:    {event.LayerCredentials, event.LayerInject},
 	event.SurfaceApproval:      {event.LayerApproval},
 	event.SurfaceObservability: {event.LayerTrace},
 }

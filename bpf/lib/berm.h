@@ -439,4 +439,28 @@ struct berm_dns_orig {
 	__u16 pad;
 };
 
+/*
+ * Injected credentials (bpf/lib/inject.h, in the netpolicy hooks): a call's TCP connects to the
+ * addresses its resolver answered for an injected credential's hosts, on ports 443 and 80, go
+ * to the call's own port of berm's injecting egress on loopback, whatever the tool does.
+ */
+
+/* Key of berm_inject_dsts (value: the call's proxy port, host byte order). */
+struct berm_inject_key {
+	__u64 cgroup_id;
+	__u8 addr[16];         /* IPv6, IPv4 as IPv4-mapped */
+	__u16 port;            /* host byte order */
+	__u8 pad[6];
+};
+
+/* Value of berm_inject_orig (key: the tool's socket cookie): where a moved connect was going,
+ * as the kernel saw it. berm's egress reads it for the connection it accepts. */
+struct berm_inject_orig {
+	__u64 cgroup_id;       /* the call (its registered cgroup) that made the connect */
+	__u8 addr[16];         /* IPv6, IPv4 as IPv4-mapped */
+	__u16 port;            /* host byte order */
+	__u16 proxy_port;      /* host byte order: the call's proxy port it went to */
+	__u32 pad;
+};
+
 #endif /* BERM_H */

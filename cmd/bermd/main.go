@@ -48,6 +48,7 @@ func main() {
 	webhookURL := flag.String("approval-webhook", "", "POST each approval request as signed JSON to this URL (empty: off)")
 	approversFile := flag.String("approvers", approval.DefaultApproversFile, "who may decide rules naming approvers: people (unix users, API tokens) and groups (root-owned; absent: the names root gives)")
 	webhookSecret := flag.String("approval-webhook-secret", "", "file holding the webhook's HMAC-SHA256 key (root-only; required with --approval-webhook)")
+	injectCA := flag.String("inject-upstream-ca", "", "PEM file of the roots injected credentials' servers are verified against, instead of the host's (default: $"+agent.InjectRootsEnv+", else the host's roots)")
 	dnsUpstream := flag.String("dns-upstream", "", "DNS server networked calls' allowed queries go to, ADDR or ADDR:PORT (default: the first nameserver of /etc/resolv.conf)")
 	nodeName := flag.String("node", "", "the node name this bermd's calls, spans and alerts carry (default: the host's name; in a fleet, each node's own, e.g. Kubernetes' spec.nodeName)")
 	accessFile := flag.String("access", "", "access file: the users and groups bermd serves besides root, by tenant (run, read, decide, policies); reloaded on SIGHUP (empty: root only)")
@@ -62,7 +63,7 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
-		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName, readerStall: *readerStall}
+		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName, readerStall: *readerStall, injectCA: *injectCA}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
 		os.Exit(1)
@@ -137,6 +138,7 @@ type options struct {
 
 	approvalsDir, approvalsToken, webhookURL, webhookSecret, approvers string
 	dnsUpstream                                                        string
+	injectCA                                                           string // --inject-upstream-ca
 	access                                                             string
 	node                                                               string // --node
 	readerStall                                                        time.Duration
@@ -186,7 +188,11 @@ func run(log *slog.Logger, o options) error {
 	if err != nil {
 		return err
 	}
-	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev, DNS: dnsguard.Config{Upstream: o.dnsUpstream}})
+	roots, err := agent.LoadInjectRoots(o.injectCA)
+	if err != nil {
+		return fmt.Errorf("--inject-upstream-ca: %w", err)
+	}
+	a, err := sandboxer.NewAgent(agent.Config{StateDir: o.stateDir, Registry: reg, Logger: log, Rules: ev, DNS: dnsguard.Config{Upstream: o.dnsUpstream}, InjectRoots: roots})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -397,6 +398,9 @@ func surfaceSummary(ss []event.SurfaceState) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {
 		parts[i] = Safe(s.Surface) + "=" + Safe(s.State)
+		if s.Surface == event.SurfaceCredential && slices.Contains(s.Layers, event.LayerInject) {
+			parts[i] += " (inject)" // the call's secrets never entered it
+		}
 		if s.Violated {
 			parts[i] += fmt.Sprintf("!%d", s.Violations)
 		}

@@ -1,0 +1,510 @@
+// Package inject is berm's injecting egress: a call's credential delivered with `inject:`
+// reaches the tool as a placeholder, and the secret is put into the tool's HTTP requests to
+// the credential's hosts here, on their way out. The kernel sends the call's connects to those
+// hosts' addresses here (bpf/lib/inject.h); TLS is ended under a per-call CA whose key never
+// leaves this process, and the real server is verified against the host's roots. README.md.
+package inject
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/netguard"
+	"github.com/bermsec/berm/agent/secrets"
+)
+
+// Credential is one injected credential of a call.
+type Credential struct {
+	Name        string
+	Value       []byte // the secret: here and in the node's registry, never in the call
+	Placeholder []byte // what the tool holds instead
+	Fingerprint string
+	Hosts       []string
+	Header      string // canonical
+	Format      string // with {}
+}
+
+// Config is one call's side of the injecting egress.
+type Config struct {
+	CallKey, CallID, Tenant string
+	CgroupID                uint64
+	Creds                   []Credential
+	// Orig is where the tool's socket with this cookie was going (netguard.CallNet.InjectOrig).
+	Orig func(cookie uint64) (netguard.Orig, error)
+	// Emit adds an event to the call's trail.
+	Emit func(event.Event)
+	// Roots verify the real servers (nil: the host's).
+	Roots *x509.CertPool
+	// Life bounds the call's CA (its wall time).
+	Life time.Duration
+	Log  *slog.Logger
+}
+
+// Call is one call's injecting egress: a listener on both loopbacks on one port.
+type Call struct {
+	cfg  Config
+	ca   *ca
+	port uint16
+	lns  []net.Listener
+	up   *http.Transport
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
+	wg     sync.WaitGroup
+	seen   map[string]bool // alerts raised, once per credential, place and host
+}
+
+type origKey struct{}
+
+// Start opens the call's listeners and its CA.
+func Start(cfg Config) (*Call, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Life <= 0 {
+		cfg.Life = 24 * time.Hour
+	}
+	a, err := newCA(cfg.CallKey, cfg.Life+time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	c := &Call{cfg: cfg, ca: a, conns: map[net.Conn]bool{}, seen: map[string]bool{}}
+	if err := c.listen(); err != nil {
+		return nil, err
+	}
+	c.up = &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			o, _ := ctx.Value(origKey{}).(netip.AddrPort)
+			if !o.IsValid() {
+				return nil, errors.New("no destination from the kernel")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", o.String())
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: cfg.Roots, MinVersion: tls.VersionTLS12},
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	for _, ln := range c.lns {
+		c.wg.Add(1)
+		go c.serve(ln)
+	}
+	return c, nil
+}
+
+// listen takes one port on 127.0.0.1 and ::1 alike (a connect moved from an IPv6 socket goes
+// to ::1, from an IPv4 or dual-stack one to 127.0.0.1).
+func (c *Call) listen() error {
+	var last error
+	for range 16 {
+		l4, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("injecting egress: %w", err)
+		}
+		p := l4.Addr().(*net.TCPAddr).Port
+		l6, err := net.Listen("tcp6", fmt.Sprintf("[::1]:%d", p))
+		if err != nil {
+			l4.Close()
+			last = err
+			continue
+		}
+		c.lns, c.port = []net.Listener{l4, l6}, uint16(p)
+		return nil
+	}
+	return fmt.Errorf("injecting egress: no port free on both loopbacks: %w", last)
+}
+
+// Port is the call's port on both loopbacks.
+func (c *Call) Port() uint16 { return c.port }
+
+// CAPEM is the call's CA certificate, for its trust store.
+func (c *Call) CAPEM() []byte { return c.ca.pem }
+
+// Close ends the call's egress: listeners, open connections, and its CA's key.
+func (c *Call) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	for _, ln := range c.lns {
+		ln.Close()
+	}
+	for conn := range c.conns {
+		conn.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.up.CloseIdleConnections()
+	c.ca.revoke()
+	return nil
+}
+
+func (c *Call) serve(ln net.Listener) {
+	defer c.wg.Done()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			conn.Close()
+			return
+		}
+		c.conns[conn] = true
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go func() {
+			defer c.wg.Done()
+			defer func() {
+				c.mu.Lock()
+				delete(c.conns, conn)
+				c.mu.Unlock()
+				conn.Close()
+			}()
+			c.handle(conn)
+		}()
+	}
+}
+
+// handle serves one connection the kernel moved here: where it was going comes from the
+// kernel (the tool's socket's cookie), never from what the tool sends.
+func (c *Call) handle(conn net.Conn) {
+	client := netip.MustParseAddrPort(conn.RemoteAddr().String())
+	server := netip.MustParseAddrPort(conn.LocalAddr().String())
+	cookie, err := peerCookie(unmapPort(client), unmapPort(server))
+	var o netguard.Orig
+	if err == nil {
+		o, err = c.cfg.Orig(cookie)
+	}
+	if err == nil && (o.CgroupID != c.cfg.CgroupID || o.ProxyPort != c.port) {
+		err = fmt.Errorf("socket of cgroup %d for port %d", o.CgroupID, o.ProxyPort)
+	}
+	if err != nil {
+		// Not a connect the hooks moved for this call: nothing goes out.
+		c.alert("inject-unmoved", "high", fmt.Sprintf("a connection to call %s's injecting egress that the kernel did not move there (%s): refused", c.cfg.CallKey, err))
+		return
+	}
+	switch o.Addr.Port() {
+	case 443:
+		c.serveTLS(conn, o.Addr)
+	case 80:
+		c.serveHTTP(conn, bufio.NewReader(conn), "", "http", o.Addr)
+	}
+}
+
+func unmapPort(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+// hostsFor are the call's credentials naming host.
+func (c *Call) credsFor(host string) []*Credential {
+	var out []*Credential
+	for i := range c.cfg.Creds {
+		if slices.Contains(c.cfg.Creds[i].Hosts, host) {
+			out = append(out, &c.cfg.Creds[i])
+		}
+	}
+	return out
+}
+
+func (c *Call) serveTLS(conn net.Conn, orig netip.AddrPort) {
+	var sni string
+	tc := tls.Server(conn, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"}, // HTTP/2 clients fall back to 1.1: one request syntax to judge
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			sni = strings.ToLower(strings.TrimSuffix(h.ServerName, "."))
+			if len(c.credsFor(sni)) == 0 {
+				return nil, fmt.Errorf("server name %q is none of the call's credential hosts", sni)
+			}
+			return c.ca.leaf(sni)
+		},
+	})
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		if sni != "" && len(c.credsFor(sni)) == 0 {
+			c.alert("inject-foreign-host", "high", fmt.Sprintf("call %s sent TLS for %q to %s, an address of its credential hosts, on the port berm injects on: refused", c.cfg.CallKey, sni, orig))
+		}
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c.serveHTTP(tc, bufio.NewReader(tc), sni, "https", orig)
+}
+
+// serveHTTP relays the connection's requests one by one (HTTP/1.1, keep-alive).
+func (c *Call) serveHTTP(conn net.Conn, br *bufio.Reader, sni, scheme string, orig netip.AddrPort) {
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				writeRefusal(conn, http.StatusBadRequest, "berm: not an HTTP/1.1 request: "+err.Error())
+			}
+			return
+		}
+		if !c.relay(conn, req, sni, scheme, orig) {
+			return
+		}
+	}
+}
+
+// relay judges one request, puts the secret in, sends it to the server the kernel says the
+// tool named, and hands back the response with the secret redacted. false: the connection
+// ends.
+func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig netip.AddrPort) bool {
+	host := strings.ToLower(strings.TrimSuffix(hostOnly(req.Host), "."))
+	where := &event.Credential{Host: host, Method: req.Method, Path: req.URL.Path}
+	refuse := func(status int, cred *Credential, rule, why string) bool {
+		if cred != nil {
+			ev := *where
+			ev.Name, ev.Fingerprint, ev.Action, ev.Result, ev.Status = cred.Name, cred.Fingerprint, event.CredentialRefused, why, status
+			c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
+		}
+		c.alert(rule, "high", fmt.Sprintf("call %s (id %s, tenant %s): %s %s%s at %s: %s: refused", c.cfg.CallKey, c.cfg.CallID, c.cfg.Tenant, req.Method, host, req.URL.Path, orig, why))
+		writeRefusal(conn, status, "berm: "+why)
+		drain(req)
+		return false
+	}
+	switch {
+	case req.Method == http.MethodConnect:
+		return refuse(http.StatusMethodNotAllowed, nil, "inject-connect", "CONNECT through berm's injecting egress")
+	case req.ProtoMajor != 1:
+		return refuse(http.StatusHTTPVersionNotSupported, nil, "inject-protocol", "only HTTP/1.x is relayed")
+	case sni != "" && host != sni:
+		return refuse(http.StatusMisdirectedRequest, c.placeholderIn(req), "inject-host-mismatch", fmt.Sprintf("Host %q is not the TLS server name %q", host, sni))
+	case len(c.credsFor(host)) == 0:
+		return refuse(http.StatusForbidden, c.placeholderIn(req), "inject-foreign-host", fmt.Sprintf("host %q is none of the call's credential hosts", host))
+	}
+	// The placeholder goes only in its credential's header, to its hosts: anywhere else in
+	// the request (path, query, another header, another credential's host) is a leak attempt.
+	var used []*Credential
+	for i := range c.cfg.Creds {
+		cr := &c.cfg.Creds[i]
+		if where, found := c.misplaced(req, cr, host); found {
+			return refuse(http.StatusForbidden, cr, "credential-placeholder-misplaced", fmt.Sprintf("the placeholder of credential %s in the request's %s", cr.Name, where))
+		}
+		if !slices.Contains(cr.Hosts, host) {
+			continue
+		}
+		vals := req.Header.Values(cr.Header)
+		for j, v := range vals {
+			if nv, ok := cr.put(v); ok {
+				vals[j] = nv
+				used = append(used, cr)
+			}
+		}
+	}
+	out := req.Clone(context.WithValue(req.Context(), origKey{}, orig))
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = scheme, req.Host
+	// identity, so what the server echoes can be redacted
+	out.Header.Del("Accept-Encoding")
+	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection"} {
+		out.Header.Del(h)
+	}
+	resp, err := c.up.RoundTrip(out)
+	if err != nil {
+		for _, cr := range used {
+			ev := *where
+			ev.Name, ev.Fingerprint, ev.Action, ev.Result = cr.Name, cr.Fingerprint, event.CredentialInjected, "upstream: "+err.Error()
+			c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
+		}
+		writeRefusal(conn, http.StatusBadGateway, "berm: upstream "+host+": "+err.Error())
+		return false
+	}
+	n, werr := c.respond(conn, req, resp)
+	for _, cr := range used {
+		ev := *where
+		ev.Name, ev.Fingerprint, ev.Action, ev.Status, ev.Bytes = cr.Name, cr.Fingerprint, event.CredentialInjected, resp.StatusCode, n
+		c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
+	}
+	return werr == nil && !req.Close && !resp.Close
+}
+
+// put is v with the placeholder replaced by the secret where the format has it: the whole
+// value is Format with the placeholder in its place. ok false: v is not that.
+func (cr *Credential) put(v string) (string, bool) {
+	pre, post, _ := strings.Cut(cr.Format, "{}")
+	if !strings.HasPrefix(v, pre) || !strings.HasSuffix(v, post) || len(v) != len(pre)+len(cr.Placeholder)+len(post) {
+		return v, false
+	}
+	if v[len(pre):len(v)-len(post)] != string(cr.Placeholder) {
+		return v, false
+	}
+	return pre + string(cr.Value) + post, true
+}
+
+// misplaced says where in req the credential's placeholder shows where berm does not put the
+// secret in: the URL (raw or decoded), a header other than its own, its own header sent to a
+// host it does not name, or its own header in a shape other than its format.
+func (c *Call) misplaced(req *http.Request, cr *Credential, host string) (string, bool) {
+	ph := string(cr.Placeholder)
+	if strings.Contains(req.URL.RawPath+req.URL.Path+"?"+req.URL.RawQuery, ph) {
+		return "path or query", true
+	}
+	if q, err := url.QueryUnescape(req.URL.RawQuery); err == nil && strings.Contains(q, ph) {
+		return "query", true
+	}
+	if strings.Contains(req.Host, ph) {
+		return "host", true
+	}
+	for name, vals := range req.Header {
+		for _, v := range vals {
+			if !strings.Contains(v, ph) {
+				continue
+			}
+			if name != cr.Header {
+				return "header " + name, true
+			}
+			if !slices.Contains(cr.Hosts, host) {
+				return "header " + name + " to host " + host, true
+			}
+			if _, ok := cr.put(v); !ok {
+				return "header " + name + " in another shape than " + strconv.Quote(cr.Format), true
+			}
+		}
+	}
+	return "", false
+}
+
+// placeholderIn is the first credential whose placeholder req carries anywhere (for a request
+// refused before it is read further).
+func (c *Call) placeholderIn(req *http.Request) *Credential {
+	var b bytes.Buffer
+	_ = req.Header.Write(&b)
+	s := b.String() + req.URL.String() + req.Host
+	for i := range c.cfg.Creds {
+		if strings.Contains(s, string(c.cfg.Creds[i].Placeholder)) {
+			return &c.cfg.Creds[i]
+		}
+	}
+	return nil
+}
+
+// respond writes resp to the tool with every credential's secret redacted from its headers and
+// body (in any form the redactor knows), and returns the body bytes written.
+func (c *Call) respond(conn net.Conn, req *http.Request, resp *http.Response) (int64, error) {
+	defer resp.Body.Close()
+	var lits []secrets.Literal
+	for _, cr := range c.cfg.Creds {
+		for _, f := range secrets.Forms(cr.Value) {
+			lits = append(lits, secrets.Literal{Name: cr.Name, Form: f})
+		}
+	}
+	for k, vals := range resp.Header {
+		for i, v := range vals {
+			if out, found := secrets.RedactString(v, lits); len(found) > 0 {
+				vals[i] = out
+				c.echoed(found, req, "response header "+k)
+			}
+		}
+	}
+	pr, pw := io.Pipe()
+	var found []secrets.Literal
+	var fmu sync.Mutex
+	r := secrets.NewRedactor(pw, lits, nil, func(m secrets.Match) {
+		fmu.Lock()
+		found = append(found, secrets.Literal{Name: m.Name, Form: secrets.Form{Encoding: m.Encoding}})
+		fmu.Unlock()
+	})
+	go func() {
+		_, err := io.Copy(r, resp.Body)
+		if cerr := r.Close(); err == nil {
+			err = cerr
+		}
+		pw.CloseWithError(err)
+	}()
+	counted := &countReader{r: pr}
+	out := &http.Response{Status: resp.Status, StatusCode: resp.StatusCode, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: resp.Header, Body: io.NopCloser(counted), ContentLength: -1, Close: req.Close || resp.Close, Request: req}
+	// the length may change with a redaction: chunked, unless there is no body
+	out.Header.Del("Content-Length")
+	out.TransferEncoding = []string{"chunked"}
+	if req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified || resp.StatusCode < 200 {
+		out.Body, out.ContentLength, out.TransferEncoding = http.NoBody, 0, nil
+		if cl := resp.Header.Get("Content-Length"); cl != "" {
+			out.Header.Set("Content-Length", cl)
+		}
+	}
+	err := out.Write(conn)
+	fmu.Lock()
+	if len(found) > 0 {
+		c.echoed(found, req, "response body")
+	}
+	fmu.Unlock()
+	return counted.n, err
+}
+
+// echoed records a secret the server sent back, redacted before the tool saw it.
+func (c *Call) echoed(found []secrets.Literal, req *http.Request, where string) {
+	for _, f := range found {
+		for _, cr := range c.cfg.Creds {
+			if cr.Name != f.Name {
+				continue
+			}
+			c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &event.Credential{Name: cr.Name, Action: event.CredentialLeaked,
+				Fingerprint: cr.Fingerprint, Result: "redacted", Where: where, Encoding: f.Encoding, Host: hostOnly(req.Host), Method: req.Method, Path: req.URL.Path}})
+		}
+	}
+}
+
+// alert raises an alert on the credential surface, once per rule and text.
+func (c *Call) alert(rule, severity, text string) {
+	c.mu.Lock()
+	dup := c.seen[rule+text]
+	c.seen[rule+text] = true
+	c.mu.Unlock()
+	if dup {
+		return
+	}
+	c.cfg.Emit(event.Event{Kind: event.KindAlert, Alert: &event.Alert{RuleID: rule, Title: "berm's injecting egress refused a request",
+		Severity: severity, Surface: event.SurfaceCredential, Output: text}})
+}
+
+func writeRefusal(w io.Writer, status int, msg string) {
+	body := msg + "\n"
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, http.StatusText(status), len(body), body)
+}
+
+func drain(req *http.Request) {
+	if req.Body != nil {
+		_, _ = io.CopyN(io.Discard, req.Body, 64<<10)
+	}
+}
+
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return host
+	}
+	return h
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,82 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const injectHeader = header + "spec:\n  isolation: {network: host-filtered}\n  credentials:\n"
+
+func TestParseInjectedCredentials(t *testing.T) {
+	p, err := Parse("p.yaml", []byte(injectHeader+`    - name: api
+      source: {env: API_TOKEN}
+      deliver: {env: API_TOKEN, inject: {hosts: [API.Example.com., uploads.example.com], header: x-api-key, format: "{}"}}
+    - name: gh
+      source: {env: GH}
+      deliver: {file: /run/secrets/gh, inject: {hosts: [api.github.com]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.Spec.Credentials
+	if in := got[0].Deliver.Inject; in == nil || !slices.Equal(in.Hosts, []string{"api.example.com", "uploads.example.com"}) || in.Header != "X-Api-Key" || in.Format != "{}" {
+		t.Errorf("api: %+v", got[0].Deliver.Inject)
+	}
+	if in := got[1].Deliver.Inject; in == nil || in.Header != "Authorization" || in.Format != "Bearer {}" || got[1].Deliver.File != "/run/secrets/gh" {
+		t.Errorf("gh: defaults not applied: %+v", got[1].Deliver.Inject)
+	}
+	c, err := p.Compile(CompileEnv{Workspace: t.TempDir(), Tmp: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, d := range c.Network.Domains {
+		if d.Inject != "" {
+			hosts = append(hosts, d.Inject+"@"+d.Pattern)
+			if d.Proto != ProtoTCP || !slices.Equal(d.Ports, []PortRange{{443, 443}, {80, 80}}) {
+				t.Errorf("%s: proto %d ports %v, want tcp 443 and 80", d.Pattern, d.Proto, d.Ports)
+			}
+		}
+	}
+	if !slices.Equal(hosts, []string{"api@api.example.com", "api@uploads.example.com", "gh@api.github.com"}) {
+		t.Errorf("inject domain rules: %v", hosts)
+	}
+}
+
+func TestParseInjectErrorsSayWhereAndWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"a wildcard host", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: ['*.example.com']}}}\n",
+			[]string{`p.yaml:8:70: spec.credentials[0].deliver.inject.hosts[0]: expected an exact host name like api.github.com (no wildcard: the secret goes to named hosts only), got "*.example.com"`}},
+		{"no hosts", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: []}}}\n",
+			[]string{`p.yaml:8:69: spec.credentials[0].deliver.inject.hosts: expected at least one host`}},
+		{"a format without its place", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [a.b], format: Bearer}}}\n",
+			[]string{`p.yaml:8:84: spec.credentials[0].deliver.inject.format: expected a header value holding {} once (where the secret goes), like "Bearer {}", got "Bearer"`}},
+		{"a bad header and an unknown field", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [a.b], header: 'a b', port: 8443}}}\n",
+			[]string{`p.yaml:8:84: spec.credentials[0].deliver.inject.header: expected an HTTP header name like Authorization, got "a b"`,
+				`p.yaml:8:91: spec.credentials[0].deliver.inject.port: unknown field, expected one of allowPrivate, format, header, hosts`}},
+		{"no hosts field", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {header: X}}}\n",
+			[]string{`p.yaml:8:61: spec.credentials[0].deliver.inject.hosts: required field missing`}},
+		{"without the host's network", header + "spec:\n  credentials:\n    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [a.b]}}}\n",
+			[]string{`p.yaml:7:61: spec.credentials[0].deliver.inject: an injected credential needs spec.isolation.network: host-filtered (its hosts are reached through berm's egress), got none`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("p.yaml", []byte(tc.yaml))
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("got %v, want Errors", err)
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, e.Error())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
