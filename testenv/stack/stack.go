@@ -218,6 +218,7 @@ func startGrafana(ctx context.Context, bin, dir, dsn, promURL string) (*grafana.
 	return grafana.Start(ctx, grafana.Config{
 		Dir: filepath.Join(dir, "grafana"), PluginsDir: gbin, Provisioning: prov, Unsigned: []string{"berm-datasource"},
 		Dashboards: uids, Env: []string{"BERM_CLICKHOUSE_DSN=" + dsn, "BERM_DASHBOARDS_DIR=" + boards},
+		Frontend: true, // the web UI: built by make grafana, cached (testenv/grafana.Frontend)
 	})
 }
 
