@@ -58,7 +58,13 @@ func (c *Call) answer(q []byte, transport string) []byte {
 	}
 
 	c.tunnelRun(ev, rules)
-	resp, err := c.r.exchange(c.upstream, q, transport, msg.ID)
+	fwd, err := forwardQuery(&msg, transport)
+	if err != nil {
+		ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), err.Error()
+		c.emit(ev)
+		return reply(&msg, layers.DNSResponseCodeServFail)
+	}
+	resp, err := c.r.exchange(c.upstream, fwd.msg, transport, fwd.id)
 	if err != nil {
 		c.r.m.upstream.Inc()
 		ev.Rcode, ev.Detail = rcodeName(layers.DNSResponseCodeServFail), err.Error()
@@ -104,7 +110,7 @@ func (c *Call) answer(q []byte, transport string) []byte {
 		}
 	}
 	c.emit(ev)
-	return resp
+	return fwd.toTool(resp, q)
 }
 
 // overloaded answers a query past the call's in-flight bound with SERVFAIL, recorded.

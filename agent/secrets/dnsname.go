@@ -21,6 +21,30 @@ import (
 // chance with odds of one in 10^12 per live form.
 const ChunkLen = 8
 
+// ShortChunkLen is the shortest chunk found of the forms whose characters carry 5 bits or
+// more each (raw and reversed, base32, base64: 30 bits and more in 6 characters), when the
+// chunk mixes letters and digits. Hex forms keep ChunkLen: 6 hex characters are 24 bits, and
+// hex labels (CDN object hashes, commit ids) are common in ordinary names. A run of letters
+// alone or digits alone keeps ChunkLen too: those are the runs words and numbers in ordinary
+// names are made of, and a secret that is words (a password) would match them. See README.md.
+const ShortChunkLen = 6
+
+// shortChunkable says whether a 6-run of a form's letters and digits of encoding enc counts.
+func shortChunkable(enc string, run []byte) bool {
+	if enc == Hex || enc == HexReversed {
+		return false
+	}
+	letter, digit := false, false
+	for _, c := range run {
+		if c >= '0' && c <= '9' {
+			digit = true
+		} else {
+			letter = true
+		}
+	}
+	return letter && digit
+}
+
 // Encodings InName knows on top of Forms'.
 const (
 	Reversed    = "reversed"     // the secret's bytes backwards
@@ -93,15 +117,28 @@ type chunkOwner struct {
 // shorter than ChunkLen are kept whole.
 type chunkIndex struct {
 	runs  map[uint64]chunkOwner
+	runs6 map[uint64]chunkOwner // ShortChunkLen runs that count (shortChunkable)
 	short []Literal
 }
 
 func packRun(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
+func packRun6(b []byte) uint64 {
+	return uint64(binary.LittleEndian.Uint32(b)) | uint64(b[4])<<32 | uint64(b[5])<<40
+}
+
 func newChunkIndex(entries map[*entry]bool) *chunkIndex {
-	ix := &chunkIndex{runs: map[uint64]chunkOwner{}}
+	ix := &chunkIndex{runs: map[uint64]chunkOwner{}, runs6: map[uint64]chunkOwner{}}
 	for e := range entries {
 		for _, f := range e.nameForms {
+			for i := 0; i+ShortChunkLen <= len(f.Bytes); i++ {
+				if !shortChunkable(f.Encoding, f.Bytes[i:i+ShortChunkLen]) {
+					continue
+				}
+				if k := packRun6(f.Bytes[i:]); ix.runs6[k].owner == nil {
+					ix.runs6[k] = chunkOwner{owner: &e.Owner, encoding: f.Encoding, whole: len(f.Bytes)}
+				}
+			}
 			if len(f.Bytes) < ChunkLen {
 				ix.short = append(ix.short, Literal{Name: e.Name, Form: f, Owner: &e.Owner})
 				continue
@@ -161,6 +198,11 @@ func (r *Registry) InName(name string) (string, []Hit) {
 	for i := 0; i+ChunkLen <= len(norm); i++ {
 		if c, ok := ix.runs[packRun(norm[i:])]; ok {
 			found(c.owner, c.encoding, i, i+ChunkLen)
+		}
+	}
+	for i := 0; i+ShortChunkLen <= len(norm); i++ {
+		if c, ok := ix.runs6[packRun6(norm[i:])]; ok {
+			found(c.owner, c.encoding, i, i+ShortChunkLen)
 		}
 	}
 	for _, l := range ix.short {

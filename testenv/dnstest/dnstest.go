@@ -44,6 +44,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	asked map[string]int
+	raw   [][]byte // every message received, as it arrived
 }
 
 // Start runs a server until the test ends.
@@ -115,6 +116,9 @@ func StartAt(t testing.TB, at netip.AddrPort, z Zone) *Server {
 }
 
 func (u *Server) respond(q []byte) []byte {
+	u.mu.Lock()
+	u.raw = append(u.raw, append([]byte(nil), q...))
+	u.mu.Unlock()
 	var m layers.DNS
 	if err := m.DecodeFromBytes(q, gopacket.NilDecodeFeedback); err != nil || len(m.Questions) != 1 {
 		return nil
@@ -186,6 +190,18 @@ func (u *Server) Names() []string {
 	out := make([]string, 0, len(u.asked))
 	for n := range u.asked {
 		out = append(out, n)
+	}
+	return out
+}
+
+// Received is every message the server received (UDP datagrams and TCP messages), byte for
+// byte as it arrived, in the order read.
+func (u *Server) Received() [][]byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([][]byte, len(u.raw))
+	for i, b := range u.raw {
+		out[i] = append([]byte(nil), b...)
 	}
 	return out
 }
