@@ -2,17 +2,21 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/testenv/bermbin"
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
@@ -40,16 +44,39 @@ func chQuery(t *testing.T, ch *chtest.Server, q string) [][]string {
 }
 
 // A fleet on one machine: two bermd "nodes", each its own state dir, socket, journal and node
-// name, ship to one ClickHouse. Each call is there once, under the node that ran it, and
-// berm events --source clickhouse --host gives one node's events and none of the other's.
-func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
+// name, ship to a two-shard ClickHouse cluster, each node to its own shard through the
+// Distributed tables (sharded by call id). Each call is there once, on one shard, under the
+// node that ran it; berm calls --source and berm matrix --source (the datasource's matrix
+// query, query.Matrix, over the Distributed tables) count each call once; berm events --source
+// clickhouse --host gives one node's events and none of the other's.
+func TestTwoNodesShipToATwoShardClusterEachCallOnceUnderItsNode(t *testing.T) {
 	bermbin.RequireRoot(t)
-	ch := chtest.ForTest(t, chtest.Config{})
-	dsn := ch.DSN("berm")
+	var ports [2]int
+	for i := range ports {
+		p, err := chtest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	shards := []chtest.Shard{{Host: "127.0.0.1", Port: ports[0]}, {Host: "127.0.0.1", Port: ports[1]}}
+	var servers [2]*chtest.Server
+	for i := range servers {
+		servers[i] = chtest.ForTest(t, chtest.Config{TCPPort: ports[i], Clusters: map[string][]chtest.Shard{"berm": shards}})
+	}
+	// both shards get the tables before either node ships (a node makes its own shard's)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range servers {
+		if err := collector.MigrateDSN(ctx, s.DSN("berm"), "berm", 0, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, dsn := servers[0], servers[0].DSN("berm")
 	const tenant = "fleettest"
 	nodes := map[string]*bermd{}
-	for _, name := range []string{"fleettest-node-a", "fleettest-node-b"} {
-		nodes[name] = startDaemon(t, "--node", name, "--clickhouse", dsn)
+	for i, name := range []string{"fleettest-node-a", "fleettest-node-b"} {
+		nodes[name] = startDaemon(t, "--node", name, "--clickhouse", servers[i].DSN("berm"), "--clickhouse-cluster", "berm")
 	}
 	want := map[string]string{} // call id -> node
 	for name, d := range nodes {
@@ -88,6 +115,40 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls by node in ClickHouse %v, want %v", got, want)
+	}
+	// the calls are spread over both shards, each on one (a call's rows stay on its shard)
+	var sum int
+	for i, s := range servers {
+		local := chQuery(t, s, "SELECT count() FROM berm.calls_local FINAL WHERE tenant = '"+tenant+"'")
+		n := 0
+		if len(local) == 1 {
+			n, _ = strconv.Atoi(local[0][0])
+		}
+		t.Logf("shard %d holds %d of the calls", i+1, n)
+		sum += n
+	}
+	if sum != len(want) {
+		t.Errorf("the shards hold %d calls together, want %d (each on one shard)", sum, len(want))
+	}
+	// berm matrix --source: the datasource's matrix query over the Distributed tables counts
+	// both nodes' calls, each once
+	mr := bermbin.Berm(t, nil, "matrix", "--source", dsn, "--tenant", tenant, "--json")
+	if mr.Exit != 0 {
+		t.Fatalf("berm matrix --source: exit %d: %s", mr.Exit, mr.Stderr)
+	}
+	var m audit.Matrix
+	if err := json.Unmarshal([]byte(mr.Stdout), &m); err != nil {
+		t.Fatalf("berm matrix --json: %v\n%s", err, mr.Stdout)
+	}
+	if len(m.Tools) != 1 || m.Tools[0].Tool != "shell" || m.Tools[0].Calls != uint64(len(want)) {
+		t.Errorf("matrix over the cluster: %+v, want tool shell with %d calls", m.Tools, len(want))
+	}
+	for _, tool := range m.Tools {
+		for _, c := range tool.Cells {
+			if c.Calls > tool.Calls {
+				t.Errorf("matrix cell %s/%s counts %d calls of the tool's %d", tool.Tool, c.Surface, c.Calls, tool.Calls)
+			}
+		}
 	}
 	// berm calls --source reads the fleet's calls: each once, under its node
 	r := bermbin.Berm(t, nil, "calls", "--source", dsn, "--json")
