@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,16 +41,32 @@ func chQuery(t *testing.T, ch *chtest.Server, q string) [][]string {
 }
 
 // A fleet on one machine: two bermd "nodes", each its own state dir, socket, journal and node
-// name, ship to one ClickHouse. Each call is there once, under the node that ran it, and
-// berm events --source clickhouse --host gives one node's events and none of the other's.
-func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
+// name, ship to a two-shard ClickHouse cluster, each node to its own shard through the
+// Distributed tables (sharded by call id; bermd --clickhouse-cluster makes its shard's tables
+// in that layout, the test none). Each call is there once, on one shard, under the
+// node that ran it; berm calls --source and berm matrix --source (the datasource's matrix
+// query, query.Matrix, over the Distributed tables) count each call once; berm events --source
+// clickhouse --host gives one node's events and none of the other's.
+func TestTwoNodesShipToATwoShardClusterEachCallOnceUnderItsNode(t *testing.T) {
 	bermbin.RequireRoot(t)
-	ch := chtest.ForTest(t, chtest.Config{})
-	dsn := ch.DSN("berm")
+	var ports [2]int
+	for i := range ports {
+		p, err := chtest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	shards := []chtest.Shard{{Host: "127.0.0.1", Port: ports[0]}, {Host: "127.0.0.1", Port: ports[1]}}
+	var servers [2]*chtest.Server
+	for i := range servers {
+		servers[i] = chtest.ForTest(t, chtest.Config{TCPPort: ports[i], Clusters: map[string][]chtest.Shard{"berm": shards}})
+	}
+	ch, dsn := servers[0], servers[0].DSN("berm")
 	const tenant = "fleettest"
 	nodes := map[string]*bermd{}
-	for _, name := range []string{"fleettest-node-a", "fleettest-node-b"} {
-		nodes[name] = startDaemon(t, "--node", name, "--clickhouse", dsn)
+	for i, name := range []string{"fleettest-node-a", "fleettest-node-b"} {
+		nodes[name] = startDaemon(t, "--node", name, "--clickhouse", servers[i].DSN("berm"), "--clickhouse-cluster", "berm")
 	}
 	want := map[string]string{} // call id -> node
 	for name, d := range nodes {
@@ -88,6 +105,40 @@ func TestTwoNodesShipToOneClickHouseEachCallOnceUnderItsNode(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls by node in ClickHouse %v, want %v", got, want)
+	}
+	// the calls are spread over both shards, each on one (a call's rows stay on its shard)
+	var sum int
+	for i, s := range servers {
+		local := chQuery(t, s, "SELECT count() FROM berm.calls_local FINAL WHERE tenant = '"+tenant+"'")
+		n := 0
+		if len(local) == 1 {
+			n, _ = strconv.Atoi(local[0][0])
+		}
+		t.Logf("shard %d holds %d of the calls", i+1, n)
+		sum += n
+	}
+	if sum != len(want) {
+		t.Errorf("the shards hold %d calls together, want %d (each on one shard)", sum, len(want))
+	}
+	// berm matrix --source: the datasource's matrix query over the Distributed tables counts
+	// both nodes' calls, each once
+	mr := bermbin.Berm(t, nil, "matrix", "--source", dsn, "--tenant", tenant, "--json")
+	if mr.Exit != 0 {
+		t.Fatalf("berm matrix --source: exit %d: %s", mr.Exit, mr.Stderr)
+	}
+	var m audit.Matrix
+	if err := json.Unmarshal([]byte(mr.Stdout), &m); err != nil {
+		t.Fatalf("berm matrix --json: %v\n%s", err, mr.Stdout)
+	}
+	if len(m.Tools) != 1 || m.Tools[0].Tool != "shell" || m.Tools[0].Calls != uint64(len(want)) {
+		t.Errorf("matrix over the cluster: %+v, want tool shell with %d calls", m.Tools, len(want))
+	}
+	for _, tool := range m.Tools {
+		for _, c := range tool.Cells {
+			if c.Calls > tool.Calls {
+				t.Errorf("matrix cell %s/%s counts %d calls of the tool's %d", tool.Tool, c.Surface, c.Calls, tool.Calls)
+			}
+		}
 	}
 	// berm calls --source reads the fleet's calls: each once, under its node
 	r := bermbin.Berm(t, nil, "calls", "--source", dsn, "--json")

@@ -29,12 +29,16 @@ func startRules(ctx context.Context, log *slog.Logger, reg prometheus.Registerer
 	return eng, nil
 }
 
-// startCollector ships the journal to ClickHouse when a DSN is given.
-func startCollector(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir, dsn string) error {
+// startCollector ships the journal to ClickHouse when a DSN is given; with a cluster, through
+// the Distributed tables over it (the DSN's server is one of its shards).
+func startCollector(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, stateDir, dsn, cluster string) error {
 	if dsn == "" {
+		if cluster != "" {
+			return fmt.Errorf("--clickhouse-cluster needs --clickhouse")
+		}
 		return nil
 	}
-	c, err := collector.New(collector.Config{StateDir: stateDir, DSN: dsn, Registry: reg, Logger: log})
+	c, err := collector.New(collector.Config{StateDir: stateDir, DSN: dsn, Cluster: cluster, Registry: reg, Logger: log})
 	if err != nil {
 		return err
 	}

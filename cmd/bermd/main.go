@@ -37,6 +37,7 @@ func main() {
 	socket := flag.String("socket", daemon.DefaultSocket, "control socket")
 	metricsAddr := flag.String("metrics", "127.0.0.1:9464", "address for /metrics (empty: off)")
 	clickhouse := flag.String("clickhouse", "", "ship the journal to this ClickHouse DSN (clickhouse://HOST:PORT/DB)")
+	clickhouseCluster := flag.String("clickhouse-cluster", "", "with --clickhouse: write through Distributed tables over this ClickHouse cluster (sharded by call id; the server the DSN names is one of its shards)")
 	var rulePaths multi
 	flag.Var(&rulePaths, "rules", "detection rule files or directories (default: the shipped ruleset; repeatable)")
 	noRules := flag.Bool("no-rules", false, "evaluate no detection rules")
@@ -62,7 +63,7 @@ func main() {
 		os.Exit(code)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
+	o := options{stateDir: *stateDir, socket: *socket, metrics: *metricsAddr, dsn: *clickhouse, cluster: *clickhouseCluster, rules: rulePaths, noRules: *noRules, init: *initPath, warm: *warmN, idleExit: *idleExit, pprof: *pprofOn,
 		approvalsDir: *approvalsDir, approvalsToken: *approvalsToken, webhookURL: *webhookURL, webhookSecret: *webhookSecret, approvers: *approversFile, dnsUpstream: *dnsUpstream, access: *accessFile, node: *nodeName, readerStall: *readerStall, injectCA: *injectCA}
 	if err := run(log, o); err != nil {
 		log.Error("bermd failed", "err", err)
@@ -130,6 +131,7 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 type options struct {
 	stateDir, socket, metrics, dsn, init string
+	cluster                              string // --clickhouse-cluster
 	rules                                []string
 	noRules                              bool
 	warm                                 int
@@ -283,7 +285,7 @@ func run(log *slog.Logger, o options) error {
 	}()
 	defer srv.Close()
 
-	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn); err != nil {
+	if err := startCollector(ctx, log, reg, o.stateDir, o.dsn, o.cluster); err != nil {
 		return err
 	}
 	log.Info("bermd ready", "socket", o.socket, "metrics", o.metrics, "state_dir", o.stateDir, "node", o.node, "idle_exit", o.idleExit)

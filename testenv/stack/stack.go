@@ -23,7 +23,10 @@ type Config struct {
 	Bin     string // bermd, berm-collector, berm-init and grafana/ (make build's bin/)
 	Dir     string // the stack's state: ClickHouse's data, bermd's journal, logs, stack.json
 	Grafana bool   // start Grafana too (the test may leave it out)
-	Node    string // bermd's --node
+	// NoFrontend starts Grafana without its web UI (the API and the datasource only): a test
+	// that reads panels through /api/ds/query needs no frontend, whose first build takes long.
+	NoFrontend bool
+	Node       string // bermd's --node
 }
 
 // Info is what a running stack tells its user, kept in Dir/stack.json while it runs.
@@ -174,7 +177,7 @@ func Up(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 
 	if cfg.Grafana {
-		g, err := startGrafana(ctx, bin, dir, dsn, promURL)
+		g, err := startGrafana(ctx, bin, dir, dsn, promURL, !cfg.NoFrontend)
 		if err != nil {
 			return nil, fmt.Errorf("grafana: %w", err)
 		}
@@ -191,7 +194,7 @@ func Up(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 // startGrafana provisions make build's plugin and dashboards (bin/grafana), berm's datasource on
 // the stack's ClickHouse and, with Prometheus, a Prometheus datasource for the daemon panels.
-func startGrafana(ctx context.Context, bin, dir, dsn, promURL string) (*grafana.Server, error) {
+func startGrafana(ctx context.Context, bin, dir, dsn, promURL string, frontend bool) (*grafana.Server, error) {
 	gbin := filepath.Join(bin, "grafana")
 	if _, err := os.Stat(filepath.Join(gbin, "berm-datasource", "plugin.json")); err != nil {
 		return nil, fmt.Errorf("the plugin is not built (make build): %w", err)
@@ -218,7 +221,7 @@ func startGrafana(ctx context.Context, bin, dir, dsn, promURL string) (*grafana.
 	return grafana.Start(ctx, grafana.Config{
 		Dir: filepath.Join(dir, "grafana"), PluginsDir: gbin, Provisioning: prov, Unsigned: []string{"berm-datasource"},
 		Dashboards: uids, Env: []string{"BERM_CLICKHOUSE_DSN=" + dsn, "BERM_DASHBOARDS_DIR=" + boards},
-		Frontend: true, // the web UI: built by make grafana, cached (testenv/grafana.Frontend)
+		Frontend: frontend, // the web UI: built by make grafana, cached (testenv/grafana.Frontend)
 	})
 }
 

@@ -2,29 +2,40 @@
 // event of `berm events` as JSON lines and as Tetragon's GetEventsResponse, read once and
 // followed, against the peer in the same run, reading the journal raw (scan and decode, no
 // output). The journal is a synthetic one of a tool call's usual mix (execs with their argv,
-// opens, connects, denials). It prints a markdown report. Figures, not assertions.
+// opens, connects, denials). With -clickhouse (the default) it also ships the journal with the
+// collector into a clickhouse-server of its own (testenv/clickhouse) and gives the bytes per
+// event the events table stores, compressed and not (system.parts). It prints a markdown
+// report. Figures, not assertions.
 package main
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/journal"
+	"github.com/bermsec/berm/collector"
+	chtest "github.com/bermsec/berm/testenv/clickhouse"
 )
 
 func main() {
 	bin := flag.String("bin", "bin", "directory with berm")
 	n := flag.Int("events", 300_000, "events in the journal read once")
 	follow := flag.Int("follow", 100_000, "events appended while berm events --follow reads them")
+	stored := flag.Bool("clickhouse", true, "also ship the journal into a real ClickHouse (testenv/clickhouse) and give the bytes per event it stores")
 	flag.Parse()
-	if err := run(*bin, *n, *follow); err != nil {
+	if err := run(*bin, *n, *follow, *stored); err != nil {
 		fmt.Fprintln(os.Stderr, "events bench:", err)
 		os.Exit(1)
 	}
@@ -80,7 +91,7 @@ func (c *counter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func run(bin string, n, followN int) error {
+func run(bin string, n, followN int, stored bool) error {
 	berm, err := filepath.Abs(filepath.Join(bin, "berm"))
 	if err != nil {
 		return err
@@ -155,6 +166,12 @@ func run(bin string, n, followN int) error {
 		rate := float64(out.lines) / m.d.Seconds()
 		fmt.Printf("| `berm events --format %s` (the process, to a pipe) | %.0f | %.0f | %.2f |\n", format, rate, float64(out.bytes)/float64(out.lines), rate/rawRate)
 	}
+	var note string
+	if stored {
+		if note, err = clickhouseBytes(state, total, rawRate); err != nil {
+			return fmt.Errorf("clickhouse: %w", err)
+		}
+	}
 
 	// following: what `berm events --follow` sustains while the journal grows as fast as one
 	// writer appends
@@ -218,6 +235,10 @@ func run(bin string, n, followN int) error {
 	}
 	fmt.Println()
 	fmt.Printf("The writer appended them at %.0f events/s; the follower reads the journal every 200 ms and writes each line as it comes (a write per event): its figure includes a poll's wait.\n", float64(followN)/appended.Seconds())
+	if note != "" {
+		fmt.Println()
+		fmt.Println(note)
+	}
 	return nil
 }
 
@@ -244,4 +265,86 @@ func median(f func() (time.Duration, error)) result {
 		}
 	}
 	return result{d: ds[1]}
+}
+
+// clickhouseBytes ships the journal in state with the collector into a real ClickHouse of its
+// own, merges the events table's parts and prints the bytes per event the table stores,
+// compressed on disk and uncompressed (system.parts; the columns' share from system.columns).
+func clickhouseBytes(state string, total int, rawRate float64) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "berm-bench-events-ch-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	ch, err := chtest.Start(ctx, chtest.Config{Dir: dir})
+	if err != nil {
+		return "", err
+	}
+	defer ch.Stop()
+	dsn := ch.DSN("berm")
+	log := slog.New(slog.DiscardHandler)
+	if err := collector.MigrateDSN(ctx, dsn, "", 0, log); err != nil {
+		return "", err
+	}
+	c, err := collector.New(collector.Config{StateDir: state, DSN: dsn, Logger: log})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	start := time.Now()
+	if err := c.RunOnce(ctx); err != nil {
+		return "", fmt.Errorf("ship: %w", err)
+	}
+	shipped := time.Since(start)
+	q := func(sql string) (string, error) {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/", ch.HTTPPort), "text/plain", strings.NewReader(sql))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%s: %s", sql, strings.TrimSpace(string(b)))
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	// one part: what the table holds once ClickHouse has merged it
+	if _, err := q("OPTIMIZE TABLE berm.events FINAL"); err != nil {
+		return "", err
+	}
+	row, err := q("SELECT sum(rows), sum(data_compressed_bytes), sum(data_uncompressed_bytes), count() FROM system.parts WHERE database = 'berm' AND table = 'events' AND active FORMAT TabSeparated")
+	if err != nil {
+		return "", err
+	}
+	f := strings.Split(row, "\t")
+	if len(f) != 4 {
+		return "", fmt.Errorf("system.parts: %q", row)
+	}
+	var v [4]float64
+	for i := range f {
+		if v[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+			return "", fmt.Errorf("system.parts: %q: %w", row, err)
+		}
+	}
+	if int(v[0]) != total {
+		return "", fmt.Errorf("the events table holds %.0f rows, the journal %d events", v[0], total)
+	}
+	cols, err := q("SELECT sum(data_compressed_bytes), sum(data_uncompressed_bytes) FROM system.columns WHERE database = 'berm' AND table = 'events' FORMAT TabSeparated")
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("| the collector into ClickHouse (%s, events table: %.0f active parts after OPTIMIZE FINAL; shipped once) | %.0f | %.0f stored compressed (%.0f uncompressed) | %.2f |\n",
+		serverVersion(q), v[3], float64(total)/shipped.Seconds(), v[1]/v[0], v[2]/v[0], float64(total)/shipped.Seconds()/rawRate)
+	c2 := strings.Split(cols, "\t")
+	return fmt.Sprintf("ClickHouse: the events table's columns (system.columns) hold %s bytes compressed, %s uncompressed, for %d events; the collector's events/s is one RunOnce of the whole journal (decode, batches of 50000, inserts).", c2[0], c2[len(c2)-1], total), nil
+}
+
+func serverVersion(q func(string) (string, error)) string {
+	v, err := q("SELECT version()")
+	if err != nil {
+		return "?"
+	}
+	return "ClickHouse " + v
 }
