@@ -34,6 +34,16 @@ func gitOn(t *testing.T, dir string, args ...string) string {
 // http.extraHeader, as CI systems pass tokens), and its clone and push work.
 func TestGitCloneAndPushWorkWithOnlyTheInjectedTokensPlaceholder(t *testing.T) {
 	bermbin.RequireRoot(t)
+	for _, tc := range []struct{ name, inject, git, url, callID string }{
+		{"a bearer token in http.extraHeader", "", `-c http.extraHeader="Authorization: Bearer $GIT_TOKEN"`, "https://git.test/repo.git", "inject-git-bearer"},
+		// git sends the URL's credentials as basic auth after the server's challenge
+		{"the token as basic auth's password in the URL", ", basic: {user: x-access-token}", "", "https://x-access-token:$GIT_TOKEN@git.test/repo.git", "inject-git-basic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testGitThroughInjection(t, tc.inject, tc.git, tc.url, tc.callID) })
+	}
+}
+
+func testGitThroughInjection(t *testing.T, injectShape, gitArgs, repoURL, callID string) {
 	backend, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		t.Fatalf("git --exec-path: %v", err)
@@ -66,13 +76,17 @@ func TestGitCloneAndPushWorkWithOnlyTheInjectedTokensPlaceholder(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, a)
 		ok := a == "Bearer "+secret
+		if u, p, basic := r.BasicAuth(); basic {
+			ok = u == "x-access-token" && p == secret
+		}
 		if ok {
 			authorized++
-		} else {
+		} else if a != "" {
 			refused++
 		}
 		mu.Unlock()
 		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
@@ -92,13 +106,13 @@ spec:
   credentials:
     - name: git
       source: {env: INJECT_GIT_SECRET}
-      deliver: {env: GIT_TOKEN, inject: {hosts: [git.test], allowPrivate: true}}
+      deliver: {env: GIT_TOKEN, inject: {hosts: [git.test], allowPrivate: true`+injectShape+`}}
 `), 0o644)
 
 	script := `set -e
 export HOME=$PWD GIT_TERMINAL_PROMPT=0
-g() { git -c http.extraHeader="Authorization: Bearer $GIT_TOKEN" -c user.name=tool -c user.email=tool@berm.test "$@"; }
-g clone -q https://git.test/repo.git clone
+g() { git ` + gitArgs + ` -c user.name=tool -c user.email=tool@berm.test "$@"; }
+g clone -q "` + repoURL + `" clone
 cd clone
 echo "readme $(cat README)"
 echo "from the tool" > TOOL
@@ -110,7 +124,7 @@ echo "pushed ok"
 	ws := bermbin.Workspace(t)
 	state := t.TempDir()
 	r := bermbin.Berm(t, []string{"INJECT_GIT_SECRET=" + secret, "BERM_INJECT_UPSTREAM_CA=" + ca.PEMPath},
-		"run", "--state-dir", state, "--no-rules", "--call-id", "inject-git-clone-push", "--workspace", ws, "--policy", pol,
+		"run", "--state-dir", state, "--no-rules", "--call-id", callID, "--workspace", ws, "--policy", pol,
 		"--dns-upstream", up.Addr, "--", "sh", "-c", script)
 	if r.Exit != 0 {
 		t.Fatalf("exit %d: %s %s", r.Exit, r.Stdout, r.Stderr)
@@ -123,7 +137,7 @@ echo "pushed ok"
 	}
 	mu.Lock()
 	if authorized == 0 || refused != 0 {
-		t.Errorf("the server authorized %d requests and refused %d (Authorization values %q)", authorized, refused, seen)
+		t.Errorf("the server authorized %d requests and refused %d with credentials (Authorization values %q)", authorized, refused, seen)
 	}
 	mu.Unlock()
 	if strings.Contains(r.Stdout+r.Stderr, secret) {
