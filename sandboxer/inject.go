@@ -36,7 +36,7 @@ func (l *launch) startInjection(env []string) ([]string, error) {
 		}
 		in := is.cred.Deliver.Inject
 		creds = append(creds, inject.Credential{Name: is.cred.Name, Value: is.value, Placeholder: is.placeholder, Fingerprint: is.fp,
-			Hosts: in.Hosts, Header: in.Header, Format: in.Format})
+			Hosts: in.Hosts, Header: in.Header, Format: in.Format, BasicUser: in.BasicUser, Query: in.Query})
 	}
 	if len(creds) == 0 {
 		return env, nil

@@ -34,14 +34,14 @@ type injectEnv struct {
 }
 
 // testAddr is a loopback address of the test's own (ports 443 and 80 are shared by all).
-func testAddr(t *testing.T, n byte) string {
+func testAddr(t testing.TB, n byte) string {
 	h := fnv.New32a()
 	h.Write([]byte(t.Name()))
 	s := h.Sum32()
 	return fmt.Sprintf("127.%d.%d.%d", 100+byte(s)%100, byte(s>>8)|1, n)
 }
 
-func startInjectEnv(t *testing.T) *injectEnv {
+func startInjectEnv(t testing.TB) *injectEnv {
 	t.Helper()
 	b := make([]byte, 16)
 	rand.Read(b)
@@ -87,7 +87,7 @@ func startInjectEnv(t *testing.T) *injectEnv {
 	return e
 }
 
-func (e *injectEnv) policy(t *testing.T) string {
+func (e *injectEnv) policy(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "inject.yaml")
 	if err := os.WriteFile(p, []byte(`apiVersion: berm.dev/v1alpha1

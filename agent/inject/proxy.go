@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,12 @@ type Credential struct {
 	Hosts       []string
 	Header      string // canonical
 	Format      string // with {}
+	// BasicUser: the header's value is "Basic " and base64 of BasicUser:secret (the tool sends
+	// BasicUser:placeholder); Header is Authorization.
+	BasicUser string
+	// Query: the secret goes in the URL's query parameter of this name instead of a header
+	// (the tool sends NAME=placeholder).
+	Query string
 }
 
 // Config is one call's side of the injecting egress.
@@ -305,6 +312,13 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 		if !slices.Contains(cr.Hosts, host) {
 			continue
 		}
+		if cr.Query != "" {
+			if q, ok := cr.putQuery(req.URL.RawQuery); ok {
+				req.URL.RawQuery = q
+				used = append(used, cr)
+			}
+			continue
+		}
 		vals := req.Header.Values(cr.Header)
 		for j, v := range vals {
 			if nv, ok := cr.put(v); ok {
@@ -323,6 +337,14 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 	}
 	resp, err := c.up.RoundTrip(out)
 	if err != nil {
+		// the error may quote the URL, whose query may now hold a secret
+		msg := err.Error()
+		for _, cr := range used {
+			for _, v := range []string{url.QueryEscape(string(cr.Value)), string(cr.Value)} {
+				msg = strings.ReplaceAll(msg, v, "[berm:redacted:"+cr.Name+"]")
+			}
+		}
+		err = errors.New(msg)
 		for _, cr := range used {
 			ev := *where
 			ev.Name, ev.Fingerprint, ev.Action, ev.Result = cr.Name, cr.Fingerprint, event.CredentialInjected, "upstream: "+err.Error()
@@ -343,6 +365,15 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 // put is v with the placeholder replaced by the secret where the format has it: the whole
 // value is Format with the placeholder in its place. ok false: v is not that.
 func (cr *Credential) put(v string) (string, bool) {
+	if cr.Query != "" {
+		return v, false
+	}
+	if cr.BasicUser != "" {
+		if v != "Basic "+base64.StdEncoding.EncodeToString([]byte(cr.BasicUser+":"+string(cr.Placeholder))) {
+			return v, false
+		}
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(cr.BasicUser+":"+string(cr.Value))), true
+	}
 	pre, post, _ := strings.Cut(cr.Format, "{}")
 	if !strings.HasPrefix(v, pre) || !strings.HasSuffix(v, post) || len(v) != len(pre)+len(cr.Placeholder)+len(post) {
 		return v, false
@@ -353,24 +384,72 @@ func (cr *Credential) put(v string) (string, bool) {
 	return pre + string(cr.Value) + post, true
 }
 
+// putQuery is the raw query q with the query credential's parameter, where it is exactly
+// NAME=placeholder, holding the secret (escaped). ok false: no such parameter.
+func (cr *Credential) putQuery(q string) (string, bool) {
+	parts := strings.Split(q, "&")
+	ok := false
+	for i, p := range parts {
+		if cr.isOwnParam(p) {
+			parts[i] = cr.Query + "=" + url.QueryEscape(string(cr.Value))
+			ok = true
+		}
+	}
+	return strings.Join(parts, "&"), ok
+}
+
+// isOwnParam: the raw query part p is NAME=placeholder of the query credential.
+func (cr *Credential) isOwnParam(p string) bool {
+	k, v, found := strings.Cut(p, "=")
+	if !found || k != cr.Query {
+		return false
+	}
+	uv, err := url.QueryUnescape(v)
+	return err == nil && uv == string(cr.Placeholder)
+}
+
 // misplaced says where in req the credential's placeholder shows where berm does not put the
 // secret in: the URL (raw or decoded), a header other than its own, its own header sent to a
 // host it does not name, or its own header in a shape other than its format.
 func (c *Call) misplaced(req *http.Request, cr *Credential, host string) (string, bool) {
 	ph := string(cr.Placeholder)
-	if strings.Contains(req.URL.RawPath+req.URL.Path+"?"+req.URL.RawQuery, ph) {
+	rawQuery := req.URL.RawQuery
+	if cr.Query != "" { // its own parameter, to its own hosts, is where it goes
+		var rest []string
+		for _, p := range strings.Split(rawQuery, "&") {
+			if cr.isOwnParam(p) {
+				if !slices.Contains(cr.Hosts, host) {
+					return "query parameter " + cr.Query + " to host " + host, true
+				}
+				continue
+			}
+			rest = append(rest, p)
+		}
+		rawQuery = strings.Join(rest, "&")
+	}
+	if strings.Contains(req.URL.RawPath+req.URL.Path+"?"+rawQuery, ph) {
 		return "path or query", true
 	}
-	if q, err := url.QueryUnescape(req.URL.RawQuery); err == nil && strings.Contains(q, ph) {
+	if q, err := url.QueryUnescape(rawQuery); err == nil && strings.Contains(q, ph) {
 		return "query", true
 	}
 	if strings.Contains(req.Host, ph) {
 		return "host", true
 	}
+	if cr.BasicUser != "" { // its placeholder is base64 in its own header
+		for _, v := range req.Header.Values(cr.Header) {
+			if _, ok := cr.put(v); ok && !slices.Contains(cr.Hosts, host) {
+				return "header " + cr.Header + " to host " + host, true
+			}
+		}
+	}
 	for name, vals := range req.Header {
 		for _, v := range vals {
 			if !strings.Contains(v, ph) {
 				continue
+			}
+			if cr.Query != "" || cr.BasicUser != "" {
+				return "header " + name, true
 			}
 			if name != cr.Header {
 				return "header " + name, true

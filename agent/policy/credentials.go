@@ -58,17 +58,29 @@ type Inject struct {
 	Format string   // holds {} once; default "Bearer {}"
 	// AllowPrivate: the hosts may resolve to internal addresses (as a domain rule's).
 	AllowPrivate bool
+	// BasicUser (basic: {user: NAME}): the secret is the password of HTTP basic auth, the tool
+	// sending Authorization: Basic base64(NAME:placeholder); Header is Authorization, Format
+	// "Basic {}". Exclusive with header, format and query.
+	BasicUser string
+	// Query (query: NAME): the secret is the value of the URL's query parameter NAME, the tool
+	// sending ?NAME=placeholder. Exclusive with header, format and basic.
+	Query string
 }
 
 // InjectPorts are the ports of a credential's hosts whose connections go through berm's
 // injecting egress: 443 (TLS) and 80.
 var InjectPorts = []uint16{443, 80}
 
-var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+var (
+	headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+	basicUserRE  = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~@-]+$")
+	queryNameRE  = regexp.MustCompile(`^[A-Za-z0-9_.~-]+$`)
+)
 
 func (d *decoder) inject(n *yaml.Node, field string, dst **Inject) {
 	in := &Inject{Header: "Authorization", Format: "Bearer {}"}
 	before := len(d.errs)
+	var shapes []string
 	d.mapping(n, field, fields{
 		"hosts": func(n *yaml.Node, f string) {
 			list(d, n, f, &in.Hosts, func(n *yaml.Node, f string) (string, bool) {
@@ -107,7 +119,48 @@ func (d *decoder) inject(n *yaml.Node, field string, dst **Inject) {
 			in.Format = s
 		},
 		"allowPrivate": func(n *yaml.Node, f string) { d.boolean(n, f, &in.AllowPrivate) },
+		"basic": func(n *yaml.Node, f string) {
+			shapes = append(shapes, "basic")
+			d.mapping(n, f, fields{
+				"user": func(n *yaml.Node, f string) {
+					s, ok := d.scalar(n, f, "a user name like x-access-token", "!!str")
+					if !ok {
+						return
+					}
+					if !basicUserRE.MatchString(s) {
+						d.fail(n, f, "expected a user name like x-access-token (no colon, space or control character), got %s", describe(n))
+						return
+					}
+					in.BasicUser = s
+				},
+			}, "user")
+		},
+		"query": func(n *yaml.Node, f string) {
+			shapes = append(shapes, "query")
+			s, ok := d.scalar(n, f, "a query parameter name like access_token", "!!str")
+			if !ok {
+				return
+			}
+			if !queryNameRE.MatchString(s) {
+				d.fail(n, f, "expected a query parameter name like access_token (letters, digits, _.~-), got %s", describe(n))
+				return
+			}
+			in.Query = s
+		},
 	}, "hosts")
+	for _, k := range []string{"header", "format"} {
+		if hasKey(n, k) {
+			shapes = append(shapes, k)
+		}
+	}
+	if slices.Contains(shapes, "basic") || slices.Contains(shapes, "query") {
+		if len(shapes) > 1 {
+			d.fail(n, field, "expected one of header and format, basic, or query (where the secret goes), got %s", strings.Join(shapes, " and "))
+		}
+	}
+	if in.BasicUser != "" {
+		in.Header, in.Format = "Authorization", "Basic {}"
+	}
 	if len(d.errs) == before {
 		*dst = in
 	}
@@ -318,4 +371,17 @@ func (d *decoder) checkCredentials(p *Policy) {
 			d.fail(at(f+".deliver.file"), f+".deliver.file", "expected a file in a directory of its own like /run/secrets, got %s", file)
 		}
 	}
+}
+
+// hasKey says the mapping n has the key k.
+func hasKey(n *yaml.Node, k string) bool {
+	if n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == k {
+			return true
+		}
+	}
+	return false
 }

@@ -58,7 +58,7 @@ func TestParseInjectErrorsSayWhereAndWhy(t *testing.T) {
 			[]string{`p.yaml:8:84: spec.credentials[0].deliver.inject.format: expected a header value holding {} once (where the secret goes), like "Bearer {}", got "Bearer"`}},
 		{"a bad header and an unknown field", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [a.b], header: 'a b', port: 8443}}}\n",
 			[]string{`p.yaml:8:84: spec.credentials[0].deliver.inject.header: expected an HTTP header name like Authorization, got "a b"`,
-				`p.yaml:8:91: spec.credentials[0].deliver.inject.port: unknown field, expected one of allowPrivate, format, header, hosts`}},
+				`p.yaml:8:91: spec.credentials[0].deliver.inject.port: unknown field, expected one of allowPrivate, basic, format, header, hosts, query`}},
 		{"no hosts field", injectHeader + "    - {name: a, source: {env: X}, deliver: {env: T, inject: {header: X}}}\n",
 			[]string{`p.yaml:8:61: spec.credentials[0].deliver.inject.hosts: required field missing`}},
 		{"without the host's network", header + "spec:\n  credentials:\n    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [a.b]}}}\n",
@@ -76,6 +76,46 @@ func TestParseInjectErrorsSayWhereAndWhy(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestParseInjectBasicAndQueryShapes(t *testing.T) {
+	p, err := Parse("p.yaml", []byte(injectHeader+`    - name: gitbasic
+      source: {env: A}
+      deliver: {env: A, inject: {hosts: [git.example.com], basic: {user: x-access-token}}}
+    - name: maps
+      source: {env: B}
+      deliver: {env: B, inject: {hosts: [maps.example.com], query: key}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.Spec.Credentials
+	if in := got[0].Deliver.Inject; in.BasicUser != "x-access-token" || in.Header != "Authorization" || in.Format != "Basic {}" || in.Query != "" {
+		t.Errorf("basic: %+v", in)
+	}
+	if in := got[1].Deliver.Inject; in.Query != "key" || in.BasicUser != "" {
+		t.Errorf("query: %+v", in)
+	}
+}
+
+func TestParseInjectShapeErrorsSayWhy(t *testing.T) {
+	for _, tc := range []struct{ name, inject, want string }{
+		{"basic and a format", "{hosts: [a.b], basic: {user: u}, format: 'Token {}'}", "expected one of header and format, basic, or query (where the secret goes), got basic and format"},
+		{"query and a header", "{hosts: [a.b], query: key, header: X-Key}", "got query and header"},
+		{"basic and query", "{hosts: [a.b], basic: {user: u}, query: key}", "got basic and query"},
+		{"basic without a user", "{hosts: [a.b], basic: {}}", "inject.basic.user: required field missing"},
+		{"a user with a colon", "{hosts: [a.b], basic: {user: 'a:b'}}", `inject.basic.user: expected a user name like x-access-token (no colon, space or control character), got "a:b"`},
+		{"a basic field unknown", "{hosts: [a.b], basic: {user: u, password: p}}", "password"},
+		{"a query name with an equals sign", "{hosts: [a.b], query: 'a=b'}", `inject.query: expected a query parameter name like access_token (letters, digits, _.~-), got "a=b"`},
+		{"a query name that is a list", "{hosts: [a.b], query: [a]}", "inject.query"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("p.yaml", []byte(injectHeader+"    - {name: a, source: {env: X}, deliver: {env: T, inject: "+tc.inject+"}}\n"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
 			}
 		})
 	}
