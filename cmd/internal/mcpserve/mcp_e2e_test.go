@@ -135,6 +135,35 @@ func tsClient(t *testing.T, node string, spec map[string]any) clientOut {
 	return o
 }
 
+// A tools/call's _meta.traceparent (W3C trace context, as MCP clients propagate it) is the
+// call's: its record carries it and its OpenTelemetry span is the client's span's child. One
+// not in W3C's format is ignored (the call starts a trace of its own), never an error.
+func TestServeTakesTheTraceContextFromTheRequestsMeta(t *testing.T) {
+	node := nodeDir(t)
+	d := startDaemon(t)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	o := tsClient(t, node, map[string]any{
+		"stdio": map[string]any{"command": bermbin.Path(t, "berm-full"), "args": []string{"mcp", "serve", "--socket", d.socket, "--daemon", "required"}},
+		"calls": []map[string]any{
+			{"name": "run", "arguments": map[string]any{"command": "true"}, "_meta": map[string]any{"traceparent": tp}},
+			{"name": "run", "arguments": map[string]any{"command": "true"}, "_meta": map[string]any{"traceparent": "00-not-a-trace-01"}},
+			{"name": "run", "arguments": map[string]any{"command": "true"}},
+		},
+	})
+	if len(o.Results) != 3 {
+		t.Fatalf("results: %+v", o.Results)
+	}
+	for i, want := range []string{tp, "", ""} {
+		r := o.Results[i]
+		if r.IsError {
+			t.Fatalf("call %d: a tool error: %+v", i, r)
+		}
+		if got := d.Call(t, r.StructuredContent["call_id"].(string)).Start.TraceParent; got != want {
+			t.Errorf("call %d: the record's traceparent %q, want %q", i, got, want)
+		}
+	}
+}
+
 // berm mcp serve, driven by the official TypeScript client: each tools/call is a berm call
 // through bermd whose output, end and denials come back, and whose record names the MCP
 // session and request.

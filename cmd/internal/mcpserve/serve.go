@@ -232,6 +232,12 @@ func (s *server) run(ctx context.Context, req *mcp.CallToolRequest, in RunInput,
 		r.MCPRequestID = id
 	}
 	r.MCPSession, r.MCPRequestID = capID(r.MCPSession), capID(r.MCPRequestID)
+	// The client's trace context, a W3C traceparent in the request's _meta (where MCP clients
+	// propagate it): the call's OpenTelemetry span is its child. One not in W3C's format is
+	// ignored, as W3C says of an invalid traceparent: the call starts a trace of its own.
+	if tp, ok := req.Params.Meta["traceparent"].(string); ok && event.ValidTraceParent(tp) == nil {
+		r.TraceParent = tp
+	}
 	out := RunOutput{CallID: r.CallID, EndReason: "not_run", Denials: map[string]uint64{}}
 	notRun := func(err error) (*mcp.CallToolResult, RunOutput, error) {
 		out.EndDetail = err.Error()

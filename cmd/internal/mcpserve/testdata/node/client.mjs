@@ -1,5 +1,5 @@
 // A real MCP client (the official TypeScript SDK) for berm's tests. argv[2] is a JSON spec:
-// {"stdio": {"command", "args"}} or {"http": {"url", "token"}}, and "calls": [{name, arguments}].
+// {"stdio": {"command", "args"}} or {"http": {"url", "token"}}, and "calls": [{name, arguments, _meta?}].
 // It prints one JSON object: {tools: [names], results: [CallToolResult | {error}]}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -22,7 +22,9 @@ try {
   out.tools = tools.tools.map((t) => t.name);
   for (const c of spec.calls || []) {
     try {
-      out.results.push(await client.callTool({ name: c.name, arguments: c.arguments }, undefined, { timeout: 120000 }));
+      const params = { name: c.name, arguments: c.arguments };
+      if (c._meta) params._meta = c._meta;
+      out.results.push(await client.callTool(params, undefined, { timeout: 120000 }));
     } catch (e) {
       out.results.push({ error: String(e) });
     }
