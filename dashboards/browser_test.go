@@ -3,8 +3,6 @@ package dashboards
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -18,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,76 +26,15 @@ import (
 	chtest "github.com/bermsec/berm/testenv/clickhouse"
 	"github.com/bermsec/berm/testenv/dnstest"
 	"github.com/bermsec/berm/testenv/grafana"
+	"github.com/bermsec/berm/testenv/npmci"
 	promtest "github.com/bermsec/berm/testenv/prometheus"
 	"github.com/bermsec/berm/testenv/testutil"
 )
 
 var screenshots = flag.String("screenshots", "", "write the dashboards' screenshots into this directory (make screenshots: dashboards/docs)")
 
-// browserCache is where `npm ci` of browsertest's lock file is kept, one directory per lock
-// file: $BERM_BROWSER_CACHE, else /var/cache/berm/browsertest as root, else the user's cache.
-func browserCache() string {
-	if d := os.Getenv("BERM_BROWSER_CACHE"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/var/cache/berm/browsertest"
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "berm", "browsertest")
-	}
-	return filepath.Join(os.TempDir(), "berm-browsertest")
-}
-
-// puppeteer installs browsertest's locked packages (puppeteer-core, which downloads no browser)
-// once per lock file and gives the directory whose node_modules holds them. A file lock keeps
-// concurrent test binaries to one install; the marker is written only after npm ci succeeded.
-func puppeteer(t *testing.T, npm string) string {
-	t.Helper()
-	lock, err := os.ReadFile("browsertest/package-lock.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg, err := os.ReadFile("browsertest/package.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	root := browserCache()
-	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("browser cache: %v", err)
-	}
-	lf, err := os.OpenFile(filepath.Join(root, "install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatalf("browser cache lock: %v", err)
-	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("browser cache lock: %v", err)
-	}
-	marker := filepath.Join(dir, "installed")
-	if _, err := os.Stat(marker); err == nil {
-		return dir
-	}
-	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start := time.Now()
-	cmd := exec.Command(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PUPPETEER_SKIP_DOWNLOAD=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
-	t.Logf("npm ci of browsertest into %s took %v", dir, time.Since(start).Round(time.Second))
-	if err := os.WriteFile(marker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// browserPackages are browsertest's locked packages: puppeteer-core, which downloads no browser.
+var browserPackages = npmci.Packages{Dir: "browsertest", Name: "browsertest", CacheEnv: "BERM_BROWSER_CACHE", Env: []string{"PUPPETEER_SKIP_DOWNLOAD=1"}}
 
 // browserFixture: a real bermd shipping to a real ClickHouse, scraped by a real Prometheus,
 // after real calls through it: a benign one, a denied write, an escape (the escape-unshare
@@ -359,7 +295,7 @@ func TestDashboardsInABrowser(t *testing.T) {
 	if err != nil {
 		testutil.Unavailable(t, "npm is not installed (testenv/install-deps.sh installs it)")
 	}
-	modules := puppeteer(t, npm)
+	modules := npmci.Install(t, npm, browserPackages)
 	// the frontend's build is minutes the first time: before the fixture's servers start
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Minute)
 	if _, err := grafana.Frontend(ctx); err != nil {

@@ -2,8 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"os"
@@ -12,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,92 +18,14 @@ import (
 
 	"github.com/bermsec/berm/collector"
 	"github.com/bermsec/berm/collector/query"
+	"github.com/bermsec/berm/testenv/npmci"
 	"github.com/bermsec/berm/testenv/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden responses frontendtest reads")
 
-// frontendCache is where `npm ci` of frontendtest's lock file is kept between runs, one
-// directory per lock file: $BERM_FRONTEND_CACHE, else /var/cache/berm/frontendtest as root
-// (beside the Grafana build), else the user's cache directory.
-func frontendCache() string {
-	if d := os.Getenv("BERM_FRONTEND_CACHE"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/var/cache/berm/frontendtest"
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "berm", "frontendtest")
-	}
-	return filepath.Join(os.TempDir(), "berm-frontendtest")
-}
-
-// npmCI installs frontendtest's locked packages once per lock file and gives the directory
-// whose node_modules holds them. A file lock keeps concurrent test binaries to one install;
-// the marker is written only after npm ci succeeded, so a failed install is retried. The lock
-// is then held shared until the test ends, so that another worktree's install, which removes
-// older installs, waits for the tests using one.
-func npmCI(t *testing.T, npm string) string {
-	t.Helper()
-	pkg, err := os.ReadFile("frontendtest/package.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.ReadFile("frontendtest/package-lock.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock) // the lock names every package and version, the root's too
-	root := frontendCache()
-	dir := filepath.Join(root, hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("frontend cache: %v", err)
-	}
-	lf, err := os.OpenFile(filepath.Join(root, "install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatalf("frontend cache lock: %v", err)
-	}
-	t.Cleanup(func() { lf.Close() })
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("frontend cache lock: %v", err)
-	}
-	defer func() {
-		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_SH); err != nil {
-			t.Fatalf("frontend cache lock: %v", err)
-		}
-	}()
-	marker := filepath.Join(dir, "installed")
-	if _, err := os.Stat(marker); err == nil {
-		return dir
-	}
-	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start := time.Now()
-	// --ignore-scripts: no package's install script runs; none is needed to load them.
-	cmd := exec.Command(npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-	}
-	t.Logf("npm ci of frontendtest into %s took %v", dir, time.Since(start).Round(time.Second))
-	if err := os.WriteFile(marker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// an older lock file's install is 650 MB nothing reads any more
-	old, _ := filepath.Glob(filepath.Join(root, "*", "installed"))
-	for _, m := range old {
-		if d := filepath.Dir(m); d != dir {
-			if err := os.RemoveAll(d); err != nil {
-				t.Logf("frontend cache: removing %s: %v", d, err)
-			}
-		}
-	}
-	return dir
-}
+// frontendPackages are frontendtest's locked packages: react, Grafana's and jsdom.
+var frontendPackages = npmci.Packages{Dir: "frontendtest", Name: "frontendtest", CacheEnv: "BERM_FRONTEND_CACHE"}
 
 // TestFrontend runs dist/module.js in node against the npm builds of react, @grafana/data,
 // @grafana/runtime and @grafana/ui (frontendtest/, node's test runner, jsdom): its config and
@@ -123,7 +42,7 @@ func TestFrontend(t *testing.T) {
 	if err != nil {
 		testutil.Unavailable(t, "npm is not installed: frontendtest's packages cannot be installed (testenv/install-deps.sh installs it)")
 	}
-	modules := npmCI(t, npm)
+	modules := npmci.Install(t, npm, frontendPackages)
 
 	var types []string
 	for _, qt := range query.Types() {

@@ -35,29 +35,39 @@ func CacheDir() string {
 // is not there: go get of the module in a scratch module, wire gen, go build (minutes on two
 // cores; a file lock keeps concurrent callers to one build).
 func Home(ctx context.Context) (string, error) {
-	cache := CacheDir()
-	home := filepath.Join(cache, "src")
-	if ok(home) {
-		return home, nil
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", fmt.Errorf("grafana cache: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cache, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	home := filepath.Join(CacheDir(), "src")
+	err := buildOnce("build", func() bool { return ok(home) }, func(cache string) error {
+		return build(ctx, cache, home)
+	})
 	if err != nil {
-		return "", fmt.Errorf("grafana build lock: %w", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("grafana build lock: %w", err)
-	}
-	if ok(home) { // built while we waited
-		return home, nil
-	}
-	if err := build(ctx, cache, home); err != nil {
 		return "", err
 	}
 	return home, nil
+}
+
+// buildOnce runs build unless done says it was done, under the cache's file lock name.lock:
+// concurrent callers (parallel test binaries) make one build, the others wait for it and
+// find it done. What build makes must be marked done last, so a failed build is retried.
+func buildOnce(name string, done func() bool, build func(cache string) error) error {
+	if done() {
+		return nil
+	}
+	cache := CacheDir()
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return fmt.Errorf("grafana cache: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cache, name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("grafana %s lock: %w", name, err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("grafana %s lock: %w", name, err)
+	}
+	if done() { // built while we waited
+		return nil
+	}
+	return build(cache)
 }
 
 func ok(home string) bool {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -27,29 +26,13 @@ func FrontendDir() string {
 // last, so a failed build is retried.
 func Frontend(ctx context.Context) (string, error) {
 	dir := FrontendDir()
-	public := filepath.Join(dir, "public")
-	if frontendOK(dir) {
-		return public, nil
-	}
-	cache := CacheDir()
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return "", fmt.Errorf("grafana cache: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cache, "frontend.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	err := buildOnce("frontend", func() bool { return frontendOK(dir) }, func(cache string) error {
+		return buildFrontend(ctx, cache, dir)
+	})
 	if err != nil {
-		return "", fmt.Errorf("grafana frontend lock: %w", err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("grafana frontend lock: %w", err)
-	}
-	if frontendOK(dir) { // built while we waited
-		return public, nil
-	}
-	if err := buildFrontend(ctx, cache, dir); err != nil {
 		return "", err
 	}
-	return public, nil
+	return filepath.Join(dir, "public"), nil
 }
 
 func frontendOK(dir string) bool {
