@@ -150,3 +150,61 @@ func loadAll(t *testing.T) []dash {
 	}
 	return out
 }
+
+// Grafana's conventions as a Grafana user expects them: every panel that draws numbers says
+// in what unit, and every panel whose numbers mean loss or waiting (violations, incomplete
+// trails, dropped events, held approvals, slow launches) turns colour where it matters.
+func TestPanelsNameTheirUnitsAndLossesTheirThresholds(t *testing.T) {
+	alarms := map[string]bool{
+		"Calls with violations": true, "Incomplete records": true, "Dropped events": true,
+		"Dropped events by where": true, "Ring buffer and queue usage": true, "Launch latency (p50, p99)": true,
+		"Approvals pending": true, "Drops and incomplete records over time": true,
+	}
+	seen := map[string]bool{}
+	for _, d := range board.All() {
+		var dash struct {
+			Panels []struct {
+				Type, Title string
+				FieldConfig struct {
+					Defaults struct {
+						Unit       string
+						Thresholds *struct {
+							Steps []struct {
+								Color string
+								Value *float64
+							}
+						}
+					}
+				}
+			}
+		}
+		b, err := d.JSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &dash); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range dash.Panels {
+			switch p.Type {
+			case "timeseries", "stat", "bargauge", "gauge":
+				if p.FieldConfig.Defaults.Unit == "" {
+					t.Errorf("%s: panel %q (%s) names no unit", d.Title, p.Title, p.Type)
+				}
+			}
+			if !alarms[p.Title] {
+				continue
+			}
+			seen[p.Title] = true
+			th := p.FieldConfig.Defaults.Thresholds
+			if th == nil || len(th.Steps) < 2 || th.Steps[len(th.Steps)-1].Color == "green" || th.Steps[len(th.Steps)-1].Value == nil {
+				t.Errorf("%s: panel %q has no threshold where it turns from green: %+v", d.Title, p.Title, th)
+			}
+		}
+	}
+	for title := range alarms {
+		if !seen[title] {
+			t.Errorf("no panel %q", title)
+		}
+	}
+}

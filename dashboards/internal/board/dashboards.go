@@ -24,11 +24,30 @@ func stateMappings() []any {
 	return out
 }
 
-func stat(d *Dashboard, title, desc, field, colour string) {
-	d.add("stat", title, desc, 6, 4, []obj{berm("stats", scope(obj{"surface": "${surface}"}))},
-		obj{"defaults": obj{"color": obj{"mode": "fixed", "fixedColor": colour}}, "overrides": []any{}},
+// stat is a count of the calls in the range. With alarm "", it is information (blue);
+// otherwise any at all is bad: green at 0, alarm's colour from 1.
+func stat(d *Dashboard, title, desc, field, alarm string) {
+	fc := obj{"defaults": obj{"unit": "short", "color": obj{"mode": "fixed", "fixedColor": "blue"}}, "overrides": []any{}}
+	if alarm != "" {
+		fc = alarmAt(obj{"defaults": obj{"unit": "short", "color": obj{"mode": "thresholds"}}, "overrides": []any{}}, 1, alarm, "")
+	}
+	d.add("stat", title, desc, 6, 4, []obj{berm("stats", scope(obj{"surface": "${surface}"}))}, fc,
 		obj{"reduceOptions": obj{"values": false, "calcs": []string{"lastNotNull"}, "fields": "/^" + field + "$/"},
 			"colorMode": "value", "graphMode": "none", "textMode": "value", "justifyMode": "auto", "orientation": "auto"})
+}
+
+// alarmAt sets fc's thresholds: green below at, colour from it; style ("line", "area" or "")
+// is how a time series draws them.
+func alarmAt(fc obj, at float64, colour, style string) obj {
+	def := fc["defaults"].(obj)
+	def["thresholds"] = obj{"mode": "absolute", "steps": []any{obj{"color": "green", "value": nil}, obj{"color": colour, "value": at}}}
+	if style != "" {
+		if def["custom"] == nil {
+			def["custom"] = obj{}
+		}
+		def["custom"].(obj)["thresholdsStyle"] = obj{"mode": style}
+	}
+	return fc
 }
 
 func callsTable(d *Dashboard, title, desc string, w, h int, fields obj) {
@@ -44,7 +63,7 @@ func Matrix() *Dashboard {
 	d := &Dashboard{File: "tools-surfaces.json", UID: "berm-matrix", Title: "berm / Tools × surfaces",
 		Description: "Each tool's calls on the six surfaces: the worst state in the range, violations counted.",
 		Tags:        []string{"berm"}, Vars: bermVars()}
-	stat(d, "Calls", "Calls that ended in the range.", "calls", "blue")
+	stat(d, "Calls", "Calls that ended in the range.", "calls", "")
 	stat(d, "Calls with violations", "Calls with a denial, an alert or a limit hit.", "calls_with_violations", "red")
 	stat(d, "Incomplete records", "Calls whose trail misses events (complete = false).", "incomplete", "orange")
 	stat(d, "Dropped events", "Events lost in the ring buffer or the agent's queue, and DNS queries the kernel dropped at the call's resolver, counted per call.", "dropped_events", "orange")
@@ -62,10 +81,10 @@ func Matrix() *Dashboard {
 		obj{"defaults": obj{"custom": obj{"align": "center"}}, "overrides": overrides}, obj{"showHeader": true})
 	bars(d.add("timeseries", "Violations over time by surface", "Denials, alerts and limit hits per step.", 12, 8,
 		[]obj{berm("violations_over_time", scope(obj{"surface": "${surface}"}))},
-		obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}, nil))
+		obj{"defaults": obj{"unit": "short", "custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}, nil))
 	d.add("bargauge", "Top violating tools", "Tools by denials, alerts and limit hits in the range.", 12, 8,
 		[]obj{berm("top_tools", scope(obj{"surface": "${surface}", "limit": 10}))},
-		obj{"defaults": obj{"color": obj{"mode": "fixed", "fixedColor": "red"}}, "overrides": []any{}},
+		obj{"defaults": obj{"unit": "short", "color": obj{"mode": "fixed", "fixedColor": "red"}}, "overrides": []any{}},
 		obj{"reduceOptions": obj{"values": true, "calcs": []string{}, "fields": "/^violations$/"}, "orientation": "horizontal", "displayMode": "basic",
 			"valueMode": "color", "namePlacement": "auto", "showUnfilled": true, "sizing": "auto", "minVizWidth": 8, "minVizHeight": 16, "maxVizHeight": 300,
 			"legend": obj{"displayMode": "list", "placement": "bottom", "showLegend": false, "calcs": []string{}}})
@@ -85,7 +104,7 @@ func Escape() *Dashboard {
 	d := &Dashboard{File: "escape-detection.json", UID: "berm-escape", Title: "berm / Escape detection",
 		Description: "Alerts of the detection rules, first-seen binaries, escape syscalls and egress denials.",
 		Tags:        []string{"berm"}, Vars: bermVars()}
-	series := obj{"defaults": obj{"custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}
+	series := obj{"defaults": obj{"unit": "short", "custom": obj{"drawStyle": "bars", "stacking": obj{"mode": "normal", "group": "A"}, "fillOpacity": 80}}, "overrides": []any{}}
 	bars(d.add("timeseries", "Alerts by rule", "Alerts per step, a series per rule.", 12, 8,
 		[]obj{berm("alerts_over_time", scope(obj{"surface": "${surface}", "groupBy": "rule"}))}, series, nil))
 	bars(d.add("timeseries", "Alerts by severity", "Alerts per step, a series per severity.", 12, 8,
@@ -177,7 +196,7 @@ func Agent() *Dashboard {
 	rate := func(m, by string) string {
 		return fmt.Sprintf("sum by (%s) (rate(%s%s[$__rate_interval]))", by, m, sel)
 	}
-	line := obj{"defaults": obj{"custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
+	line := obj{"defaults": obj{"unit": "short", "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
 	unit := func(u string) obj {
 		return obj{"defaults": obj{"unit": u, "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{}}
 	}
@@ -191,7 +210,7 @@ func Agent() *Dashboard {
 	d.add("timeseries", "Events by kind", "Events recorded per second (berm_events_total).", 8, 8,
 		[]obj{prom(rate("berm_events_total", "kind"), "{{kind}}")}, unit("ops"), nil)
 	d.add("timeseries", "Dropped events by where", "Events lost per second: kernel (ring buffer full), user (agent queue full).", 8, 8,
-		[]obj{prom(rate("berm_events_dropped_total", "where"), "{{where}}")}, unit("ops"), nil)
+		[]obj{prom(rate("berm_events_dropped_total", "where"), "{{where}}")}, alarmAt(unit("ops"), 0.001, "red", "area"), nil)
 	d.add("timeseries", "Ring buffer and queue usage", "Bytes waiting in the ring buffer and batches waiting in the agent's queue, as a share of their size.", 8, 8,
 		[]obj{prom("max by (instance) (berm_ringbuf_pending_bytes"+sel+" / berm_ringbuf_size_bytes"+sel+")", "ring {{instance}}"),
 			prom("max by (instance) (berm_queue_bytes"+sel+" / berm_queue_capacity_bytes"+sel+")", "queue {{instance}}")}, share, nil)
@@ -200,14 +219,14 @@ func Agent() *Dashboard {
 			prom("sum(rate(berm_sandbox_launches_cold_total"+sel+"[$__rate_interval]))", "cold")}, unit("ops"), nil)
 	d.add("timeseries", "Launch latency (p50, p99)", "bermd's prepare phase (policy compiled, sandbox claimed) and connect phase.", 8, 8,
 		[]obj{prom("histogram_quantile(0.5, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p50 {{phase}}"),
-			prom("histogram_quantile(0.99, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p99 {{phase}}")}, unit("s"), nil)
+			prom("histogram_quantile(0.99, sum by (le, phase) (rate(berm_call_phase_seconds_bucket"+sel+"[$__rate_interval])))", "p99 {{phase}}")}, alarmAt(unit("s"), 0.5, "orange", "line"), nil)
 	d.add("timeseries", "Collector backlog", "Journal bytes not yet in ClickHouse, and the age of the oldest unshipped event.", 8, 8,
 		[]obj{prom("max by (instance) (berm_collector_backlog_bytes"+sel+")", "bytes {{instance}}"),
 			prom("max by (instance) (berm_collector_oldest_unshipped_event_age_seconds"+sel+")", "oldest s {{instance}}")},
 		obj{"defaults": obj{"unit": "bytes", "custom": obj{"drawStyle": "line", "fillOpacity": 10}}, "overrides": []any{
 			override("byFrameRefID", "B", prop("unit", "s"), prop("custom.axisPlacement", "right"))}}, nil)
 	d.add("timeseries", "Approvals pending", "Actions held in the kernel now, waiting for a person's decision (berm_approvals_pending).", 8, 8,
-		[]obj{prom("sum by (instance) (berm_approvals_pending"+sel+")", "pending {{instance}}")}, unit("short"), nil)
+		[]obj{prom("sum by (instance) (berm_approvals_pending"+sel+")", "pending {{instance}}")}, alarmAt(unit("short"), 1, "orange", "area"), nil)
 	d.add("timeseries", "Approval decisions by outcome", "Approval requests ended per second, by outcome.", 8, 8,
 		[]obj{prom(rate("berm_approval_decisions_total", "outcome"), "{{outcome}}")}, unit("ops"), nil)
 	d.add("timeseries", "Approval decision latency", "How long a person took to decide (p50, p99), and the share of decisions made in under 2 s: a high share is a rubber-stamp signal.", 8, 8,
@@ -225,7 +244,7 @@ func Agent() *Dashboard {
 	d.add("table", "Completeness per host", "Calls, incomplete records, dropped and aggregated events per host.", 8, 8,
 		[]obj{berm("completeness", scope(nil))}, nil, obj{"showHeader": true})
 	d.add("timeseries", "Drops and incomplete records over time", "Per step, from the call records.", 12, 8,
-		[]obj{berm("drops", scope(nil))}, line, nil)
+		[]obj{berm("drops", scope(nil))}, alarmAt(line, 1, "red", "area"), nil)
 	callsTable(d, "Incomplete calls", "Calls whose trail misses events, and why.", 12, 8, obj{"complete": "false", "limit": 200})
 	return d
 }
