@@ -62,8 +62,9 @@ func TestTheStackWithGrafanaShowsARealCallsToolInTheMatrix(t *testing.T) {
 }
 
 // matrixTools asks Grafana for the tools × surfaces panel's query (queryType matrix) of the
-// last hour for tenant, through berm's datasource (uid berm), and gives the frame's tool column.
-func matrixTools(in Info, tenant string) ([]string, error) {
+// last hour for tenant, through berm's datasource (uid berm), and gives the frame's tool column
+// (and, with calls, its calls column into *calls).
+func matrixTools(in Info, tenant string, calls ...*[]float64) ([]string, error) {
 	now := time.Now()
 	body, _ := json.Marshal(map[string]any{
 		"queries": []any{map[string]any{
@@ -106,11 +107,21 @@ func matrixTools(in Info, tenant string) ([]string, error) {
 		return nil, fmt.Errorf("/api/ds/query: %s: %s", resp.Status, a.Error)
 	}
 	var tools []string
+	var callsOut *[]float64
+	if len(calls) > 0 {
+		callsOut = calls[0]
+	}
 	for _, f := range a.Frames {
 		for i, fl := range f.Schema.Fields {
 			if fl.Name == "tool" && i < len(f.Data.Values) {
 				for _, v := range f.Data.Values[i] {
 					tools = append(tools, fmt.Sprint(v))
+				}
+			}
+			if fl.Name == "calls" && i < len(f.Data.Values) && callsOut != nil {
+				for _, v := range f.Data.Values[i] {
+					n, _ := v.(float64)
+					*callsOut = append(*callsOut, n)
 				}
 			}
 		}
