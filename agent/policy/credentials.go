@@ -97,15 +97,9 @@ func (d *decoder) inject(n *yaml.Node, field string, dst **Inject) {
 			}
 		},
 		"header": func(n *yaml.Node, f string) {
-			s, ok := d.scalar(n, f, "an HTTP header name like Authorization", "!!str")
-			if !ok {
-				return
+			if s, ok := d.matching(n, f, headerNameRE, "an HTTP header name like Authorization", ""); ok {
+				in.Header = http.CanonicalHeaderKey(s)
 			}
-			if !headerNameRE.MatchString(s) {
-				d.fail(n, f, "expected an HTTP header name like Authorization, got %s", describe(n))
-				return
-			}
-			in.Header = http.CanonicalHeaderKey(s)
 		},
 		"format": func(n *yaml.Node, f string) {
 			s, ok := d.scalar(n, f, `a header value holding {} once, like "Bearer {}"`, "!!str")
@@ -123,29 +117,17 @@ func (d *decoder) inject(n *yaml.Node, field string, dst **Inject) {
 			shapes = append(shapes, "basic")
 			d.mapping(n, f, fields{
 				"user": func(n *yaml.Node, f string) {
-					s, ok := d.scalar(n, f, "a user name like x-access-token", "!!str")
-					if !ok {
-						return
+					if s, ok := d.matching(n, f, basicUserRE, "a user name like x-access-token", " (no colon, space or control character)"); ok {
+						in.BasicUser = s
 					}
-					if !basicUserRE.MatchString(s) {
-						d.fail(n, f, "expected a user name like x-access-token (no colon, space or control character), got %s", describe(n))
-						return
-					}
-					in.BasicUser = s
 				},
 			}, "user")
 		},
 		"query": func(n *yaml.Node, f string) {
 			shapes = append(shapes, "query")
-			s, ok := d.scalar(n, f, "a query parameter name like access_token", "!!str")
-			if !ok {
-				return
+			if s, ok := d.matching(n, f, queryNameRE, "a query parameter name like access_token", " (letters, digits, _.~-)"); ok {
+				in.Query = s
 			}
-			if !queryNameRE.MatchString(s) {
-				d.fail(n, f, "expected a query parameter name like access_token (letters, digits, _.~-), got %s", describe(n))
-				return
-			}
-			in.Query = s
 		},
 	}, "hosts")
 	for _, k := range []string{"header", "format"} {
@@ -249,15 +231,23 @@ func (d *decoder) userName(n *yaml.Node, field string, dst *string) {
 }
 
 func (d *decoder) envName(n *yaml.Node, field string, dst *string) {
-	s, ok := d.scalar(n, field, "an environment variable name like GITHUB_TOKEN", "!!str")
+	if s, ok := d.matching(n, field, envNameRE, "an environment variable name like GITHUB_TOKEN", ""); ok {
+		*dst = s
+	}
+}
+
+// matching is a string scalar re matches: expected names it in the error, hint (if any)
+// follows it when the string is there but re refuses it.
+func (d *decoder) matching(n *yaml.Node, field string, re *regexp.Regexp, expected, hint string) (string, bool) {
+	s, ok := d.scalar(n, field, expected, "!!str")
 	if !ok {
-		return
+		return "", false
 	}
-	if !envNameRE.MatchString(s) {
-		d.fail(n, field, "expected an environment variable name like GITHUB_TOKEN, got %s", describe(n))
-		return
+	if !re.MatchString(s) {
+		d.fail(n, field, "expected %s%s, got %s", expected, hint, describe(n))
+		return "", false
 	}
-	*dst = s
+	return s, true
 }
 
 // absPath is an absolute, clean host path (no placeholders: credentials live outside the
