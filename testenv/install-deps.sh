@@ -13,6 +13,9 @@ done
 # npm for dashboards/plugin's frontend tests: Debian's package, unless the nodejs installed
 # brings its own (NodeSource's provides and conflicts with Debian's npm).
 if [ $# -eq 0 ] && ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
+# pip for sandboxer's package-manager test through injected credentials (Debian's python3 has
+# none; a python3 that brings its own is enough). It installs with --target: no system change.
+if [ $# -eq 0 ] && ! python3 -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing packages: ${missing[*]} (run as root, e.g. sudo make test)" >&2
