@@ -34,7 +34,7 @@ func (s *CHSource) MatrixRows(f audit.Filter, surface string) ([]audit.MatrixRow
 	for rows.Next() {
 		var r audit.MatrixRow
 		var violated uint8
-		if err := rows.Scan(&r.Tool, &r.Surface, &r.State, &violated, &r.Calls, &r.Violations); err != nil {
+		if err := rows.Scan(&r.Tool, &r.Surface, &r.State, &violated, &r.Calls, &r.Violations, &r.Inject); err != nil {
 			return nil, fmt.Errorf("read matrix: %w", err)
 		}
 		r.Violated = violated != 0

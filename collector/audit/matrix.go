@@ -33,6 +33,9 @@ type MatrixRow struct {
 	Tool, Surface, State string
 	Violated             bool
 	Calls, Violations    uint64
+	// Inject: the calls of the group whose surface berm's injecting egress enforced (the
+	// credential surface of calls whose injected secrets never entered them: layer inject).
+	Inject uint64
 }
 
 // MatrixRows groups the finished calls' surfaces as the matrix query does. Calls without a
@@ -60,6 +63,9 @@ func MatrixRows(calls []Call, surface string) []MatrixRow {
 			}
 			r.Calls++
 			r.Violations += s.Violations
+			if slices.Contains(s.Layers, event.LayerInject) {
+				r.Inject++
+			}
 		}
 	}
 	out := make([]MatrixRow, 0, len(groups))
@@ -112,6 +118,28 @@ type Cell struct {
 	// Reasons: why the cell's degraded calls were degraded (the records' surface reason:
 	// the layer missing and the rules it leaves unenforced), calls per reason.
 	Reasons map[string]uint64 `json:"reasons,omitempty"`
+	// Inject: of Calls, those whose surface berm's injecting egress enforced (layer inject:
+	// the credential surface of calls whose secrets stayed outside, agent/inject).
+	Inject uint64 `json:"inject,omitempty"`
+}
+
+// Label is the cell's class with the layer that enforced it when that says more than the
+// state: "enforced (inject)" for a credential surface whose every call had its secrets
+// injected on the way out, "enforced (inject 2/5)" for some of them.
+func (c Cell) Label() string {
+	return c.Worst + InjectNote(c.Inject, c.Calls)
+}
+
+// InjectNote is " (inject)" when all calls of a cell had the inject layer, " (inject k/n)"
+// when k of them did, "" when none did.
+func InjectNote(inject, calls uint64) string {
+	switch {
+	case inject == 0:
+		return ""
+	case inject >= calls:
+		return " (" + event.LayerInject + ")"
+	}
+	return fmt.Sprintf(" (%s %d/%d)", event.LayerInject, inject, calls)
 }
 
 // MatrixReason is why some calls of a tool had a surface degraded: the records' reason and
@@ -201,6 +229,7 @@ func FoldMatrix(rows []MatrixRow) Matrix {
 		c := &t.Cells[i]
 		c.Calls += r.Calls
 		c.States[r.State] += r.Calls
+		c.Inject += r.Inject
 		if r.Violated {
 			c.Violated += r.Calls
 			c.Violations += r.Violations
@@ -275,7 +304,7 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 		for _, c := range t.Cells {
 			cell := "-"
 			if c.Calls > 0 {
-				cell = fmt.Sprintf("%s %d/%d", c.Worst, c.Count, c.Calls)
+				cell = fmt.Sprintf("%s %d/%d", c.Label(), c.Count, c.Calls)
 				if c.Violations > 0 {
 					cell += fmt.Sprintf(" !%d", c.Violations)
 				}
@@ -333,6 +362,9 @@ func PrintMatrix(w io.Writer, m Matrix, colour bool) error {
 	}
 	fmt.Fprintf(&b, "\nworst first: %s. n/m: calls of the tool in that class; !k: denials, alerts and cap hits.\n",
 		strings.Join(m.Order, " > "))
+	if injected(m) {
+		b.WriteString("(inject): the calls' secrets never entered them; berm's egress put them into their requests (k/n: k of the n calls).\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -386,6 +418,18 @@ func (m Matrix) Only(surface string) Matrix {
 		out.Tools = append(out.Tools, t)
 	}
 	return out
+}
+
+// injected: a cell of the matrix had calls with the inject layer.
+func injected(m Matrix) bool {
+	for _, t := range m.Tools {
+		for _, c := range t.Cells {
+			if c.Inject > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // absentEverywhere are the surfaces no call of the matrix had anything but absent on (and

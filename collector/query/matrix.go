@@ -1,15 +1,16 @@
 package query
 
 // Matrix groups the finished calls f selects by tool, surface, state and whether the surface
-// was violated: columns tool, surface, state (String), violated (UInt8), calls and
-// violations (UInt64), ordered by tool, surface, state, violated. One row per call and
+// was violated: columns tool, surface, state (String), violated (UInt8), calls, violations
+// and inject (UInt64: the calls whose surface had the inject layer, berm's injecting egress),
+// ordered by tool, surface, state, violated. One row per call and
 // surface (ARRAY JOIN of the record's parallel surface arrays; a record written before
 // surfaces existed has none and is not counted), each call once however often the table
 // holds it. collector/audit.FoldMatrix turns the rows into the tools x surfaces matrix; the
 // journal gives the same rows (audit.MatrixRows). f.Surface keeps that surface's rows only.
 func (t Tables) Matrix(f Filter) (Query, error) { return t.matrix(f, false) }
 
-// MatrixWithReasons is Matrix with a seventh column, reasons (String): the distinct reasons the
+// MatrixWithReasons is Matrix with an eighth column, reasons (String): the distinct reasons the
 // rows' calls gave for the surface's state ("; "-joined, sorted), which say why a surface is
 // degraded. A record written before surface_reasons existed gives none.
 func (t Tables) MatrixWithReasons(f Filter) (Query, error) { return t.matrix(f, true) }
@@ -41,9 +42,9 @@ func (t Tables) matrix(f Filter, reasons bool) (Query, error) {
 		join = ", reasons_of AS reason"
 	}
 	return Query{
-		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations" + cols + " FROM (" +
-			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations" + inner + " FROM " + name + " WHERE " + w.String() + " " + dedup +
-			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v" + join + outer +
+		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations, " + injectCalls + " AS inject" + cols + " FROM (" +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations, surface_layers" + inner + " FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, surface_layers AS layers" + join + outer +
 			" GROUP BY tool, surface, state, violated ORDER BY tool, surface, state, violated",
 		args,
 	}, nil

@@ -14,11 +14,11 @@ func init() {
 FROM %s
 WHERE %s
 LIMIT 1`, p.t("calls"), p.callWhere())},
-			{Name: "surfaces", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, surface, state, count() AS calls, sum(v) AS violations
+			{Name: "surfaces", Shape: Matrix, SQL: fmt.Sprintf(`SELECT tool, surface, state, count() AS calls, sum(v) AS violations, %s AS inject
 FROM %s
 %s
 WHERE %s
-GROUP BY tool, surface, state`, p.t("calls"), surfaceJoin, p.callWhere())},
+GROUP BY tool, surface, state`, injectCalls, p.t("calls"), surfaceJoin, p.callWhere())},
 		}
 	})
 

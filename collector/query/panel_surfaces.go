@@ -19,5 +19,11 @@ func violated(s string) string {
 // anyViolation is true for a calls row with violations on any surface.
 func anyViolation() string { return "arraySum(surface_violations) > 0" }
 
-// surfaceJoin gives one row per call and surface: surface, state, v (violations).
-const surfaceJoin = "ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v"
+// surfaceJoin gives one row per call and surface: surface, state, v (violations), layers
+// (migration 0006 wrote the four arrays together).
+const surfaceJoin = "ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, surface_layers AS layers"
+
+// injectCalls counts the rows of a surfaceJoin whose surface had the inject layer: the
+// credential surface of calls whose secrets berm's egress injected (the matrix shows
+// "enforced (inject)").
+var injectCalls = "countIf(has(layers, " + Quote(event.LayerInject) + "))"

@@ -11,6 +11,7 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/collector/audit"
 	"github.com/bermsec/berm/collector/query"
 )
 
@@ -49,15 +50,17 @@ type cell struct {
 	calls      uint64
 	violations uint64
 	reasons    []string // why the calls' surface was degraded
+	inject     uint64   // calls whose surface berm's injecting egress enforced (layer inject)
 }
 
 func worse(a, b string) bool {
 	return slices.Index(query.SurfaceStates, a) < slices.Index(query.SurfaceStates, b)
 }
 
-// matrix folds (tool, surface, state, calls, violations[, reasons]) rows into one row per tool and a
-// column per surface whose value is the worst state, with the violations when there are any
-// and a degraded state's reasons;
+// matrix folds (tool, surface, state, calls, violations[, inject][, reasons]) rows into one row per
+// tool and a column per surface whose value is the worst state, with the violations when there
+// are any and a degraded state's reasons, and " (inject)" when the calls' secrets were
+// injected on the way out (audit.InjectNote: " (inject k/n)" for k of them);
 // "<surface> violations" columns carry the counts for sorting and links.
 func matrix(name string, parts ...*data.Frame) *data.Frame {
 	cells := map[string]map[string]*cell{}
@@ -78,6 +81,7 @@ func matrix(name string, parts ...*data.Frame) *data.Frame {
 			}
 			c.calls += num(f, "calls", i)
 			c.violations += num(f, "violations", i)
+			c.inject += num(f, "inject", i)
 			if state == event.StateDegraded {
 				for _, r := range strings.Split(str(f, "reasons", i), "; ") {
 					if r != "" && !slices.Contains(c.reasons, r) {
@@ -120,6 +124,7 @@ func matrix(name string, parts ...*data.Frame) *data.Frame {
 				slices.Sort(c.reasons)
 				v += ": " + strings.Join(c.reasons, "; ") // on-call sees why, not only that
 			}
+			v += audit.InjectNote(c.inject, c.calls)
 			row = append(row, v)
 			counts = append(counts, c.violations)
 		}

@@ -55,3 +55,52 @@ func TestTheMatrixSaysWhyASurfaceIsDegraded(t *testing.T) {
 		})
 	}
 }
+
+// TestTheMatrixSaysACredentialSurfaceWasInjected: the calls whose secrets berm's egress
+// injected (the inject column: their surface had the inject layer) read "enforced (inject)",
+// some of them "(inject k/n)"; rows without the column (an older query) the state alone.
+func TestTheMatrixSaysACredentialSurfaceWasInjected(t *testing.T) {
+	rows := func(inject bool, rs ...[]any) *data.Frame {
+		f := data.NewFrame("m", data.NewField("tool", nil, []string{}), data.NewField("surface", nil, []string{}),
+			data.NewField("state", nil, []string{}), data.NewField("calls", nil, []uint64{}), data.NewField("violations", nil, []uint64{}))
+		if inject {
+			f.Fields = append(f.Fields, data.NewField("inject", nil, []uint64{}))
+		}
+		for _, r := range rs {
+			if !inject {
+				r = r[:5]
+			}
+			f.AppendRow(r...)
+		}
+		return f
+	}
+	cases := []struct {
+		name  string
+		frame *data.Frame
+		want  map[string]string // surface -> cell
+	}{
+		{"every call injected", rows(true,
+			[]any{"gh", "credential", "enforced", uint64(2), uint64(0), uint64(2)},
+			[]any{"gh", "isolation", "enforced", uint64(2), uint64(0), uint64(0)}),
+			map[string]string{"credential": "enforced (inject)", "isolation": "enforced"}},
+		{"one call of three injected", rows(true,
+			[]any{"gh", "credential", "enforced", uint64(3), uint64(0), uint64(1)}),
+			map[string]string{"credential": "enforced (inject 1/3)"}},
+		{"a violation keeps the layer", rows(true,
+			[]any{"gh", "credential", "enforced", uint64(1), uint64(2), uint64(1)}),
+			map[string]string{"credential": "violated ×2 (inject)"}},
+		{"no inject column", rows(false,
+			[]any{"gh", "credential", "enforced", uint64(1), uint64(0), uint64(1)}),
+			map[string]string{"credential": "enforced"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := matrix("matrix", c.frame)
+			for s, want := range c.want {
+				if got := str(m, s, 0); got != want {
+					t.Errorf("%s: %q, want %q", s, got, want)
+				}
+			}
+		})
+	}
+}
