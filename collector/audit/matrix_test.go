@@ -173,3 +173,42 @@ func TestPrintMatrixFootnotesWhyACellIsDegraded(t *testing.T) {
 		})
 	}
 }
+
+// A credential surface enforced by berm's injecting egress (layer inject) reads
+// "enforced (inject)" in the printed matrix, "(inject k/n)" when only some calls of the cell
+// had it; other surfaces and calls without the layer read as before.
+func TestTheMatrixNamesTheInjectLayer(t *testing.T) {
+	call := func(tool string, inject bool) Call {
+		ss := surfacesOf(nil, nil)
+		for i := range ss {
+			if ss[i].Surface == event.SurfaceCredential && inject {
+				ss[i].Layers = []string{event.LayerCredentials, event.LayerInject}
+			}
+		}
+		return Call{Record: &event.CallRecord{CallStart: event.CallStart{Tool: tool}, Surfaces: ss}}
+	}
+	tests := []struct {
+		name  string
+		calls []Call
+		want  string // the credential cell, printed
+	}{
+		{"every call injected", []Call{call("t", true), call("t", true)}, "enforced (inject) 2/2"},
+		{"one call of two injected", []Call{call("t", true), call("t", false)}, "enforced (inject 1/2) 2/2"},
+		{"no call injected", []Call{call("t", false)}, "enforced 1/1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := FoldMatrix(MatrixRows(tt.calls, ""))
+			var b bytes.Buffer
+			if err := PrintMatrix(&b, m.Only(event.SurfaceCredential), false); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), "  "+tt.want+"\n") {
+				t.Errorf("matrix:\n%s\nwant the credential cell %q", b.String(), tt.want)
+			}
+			if strings.Contains(tt.want, "inject") != strings.Contains(b.String(), "(inject): the calls' secrets never entered them") {
+				t.Errorf("the legend of (inject) is there exactly when a cell has it:\n%s", b.String())
+			}
+		})
+	}
+}
