@@ -43,8 +43,8 @@ func (t Tables) matrix(f Filter, reasons bool) (Query, error) {
 	}
 	return Query{
 		"SELECT tool, surface, state, v > 0 AS violated, count() AS calls, sum(v) AS violations, " + injectCalls + " AS inject" + cols + " FROM (" +
-			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations, surface_layers" + inner + " FROM " + name + " WHERE " + w.String() + " " + dedup +
-			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, surface_layers AS layers" + join + outer +
+			"SELECT tenant, tool, start_time, call_id, surfaces, surface_states, surface_violations, " + layersOf + " AS layers_of" + inner + " FROM " + name + " WHERE " + w.String() + " " + dedup +
+			") ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, layers_of AS layers" + join + outer +
 			" GROUP BY tool, surface, state, violated ORDER BY tool, surface, state, violated",
 		args,
 	}, nil

@@ -20,8 +20,12 @@ func violated(s string) string {
 func anyViolation() string { return "arraySum(surface_violations) > 0" }
 
 // surfaceJoin gives one row per call and surface: surface, state, v (violations), layers
-// (migration 0006 wrote the four arrays together).
-const surfaceJoin = "ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, surface_layers AS layers"
+// (resized to surfaces: a row written without them gives [] each, not an ARRAY JOIN size
+// mismatch).
+const surfaceJoin = "ARRAY JOIN surfaces AS surface, surface_states AS state, surface_violations AS v, " + layersOf + " AS layers"
+
+// layersOf is surface_layers with one element per surface.
+const layersOf = "arrayResize(surface_layers, length(surfaces))"
 
 // injectCalls counts the rows of a surfaceJoin whose surface had the inject layer: the
 // credential surface of calls whose secrets berm's egress injected (the matrix shows
