@@ -539,13 +539,21 @@ func (a *Agent) UpdateNetwork(c *Call, pol *policy.NetPolicy) error {
 	}
 	// The kernel's maps are what decide; the judge's copy of the policy belongs to the decoder
 	// goroutine and only names raw-socket refusals, which a network reload does not change.
+	// An injecting egress keeps the hosts it was started with (a reload that changes them is
+	// refused); their rules' new ids are what the resolver's pins are moved by from now on.
+	restore, err := c.reloadInjectRules(pol)
+	if err != nil {
+		return err
+	}
 	// Domains named now: the resolver first, so the new domain rules find their pins made.
 	if c.networked {
 		if err := a.attachDNS(c, pol); err != nil {
+			restore()
 			return err
 		}
 	}
 	if err := c.net.Update(pol); err != nil {
+		restore()
 		return err
 	}
 	if len(pol.Domains) > 0 {

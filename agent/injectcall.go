@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/inject"
+	"github.com/bermsec/berm/agent/policy"
 )
 
 // InjectRootsEnv names a PEM file of the roots the injecting egress verifies real servers
@@ -68,6 +70,43 @@ func (a *Agent) Inject(c *Call, creds []inject.Credential, life time.Duration) (
 	c.inject = ic
 	c.injectMu.Unlock()
 	return ic.CAPEM(), nil
+}
+
+// reloadInjectRules checks that a hot-reloaded network policy names the same injected
+// credentials' hosts as the call started with (the egress holds them, and the call's
+// placeholders were made for them: a running call keeps its injection), and moves the
+// resolver's pins by the reloaded rules' ids. restore puts the previous ids back.
+func (c *Call) reloadInjectRules(pol *policy.NetPolicy) (restore func(), err error) {
+	c.injectMu.Lock()
+	injecting := c.inject != nil
+	c.injectMu.Unlock()
+	type hostRule struct {
+		cred, host   string
+		ports        string
+		allowPrivate bool
+	}
+	hosts := func(ds []policy.DomainRule) (out []hostRule, ids []uint32) {
+		for _, d := range ds {
+			if d.Inject != "" {
+				out = append(out, hostRule{d.Inject, d.Pattern, fmt.Sprint(d.Proto, d.Ports), d.AllowPrivate})
+				ids = append(ids, d.RuleID)
+			}
+		}
+		return out, ids
+	}
+	var was []hostRule
+	if c.policy != nil {
+		was, _ = hosts(c.policy.Network.Domains)
+	}
+	now, ids := hosts(pol.Domains)
+	if !slices.Equal(was, now) {
+		return nil, errors.New("the injected credentials' hosts changed: a running call keeps the injection it started with (a new call gets the reloaded one)")
+	}
+	if !injecting {
+		return func() {}, nil
+	}
+	prev := c.net.SetInjectRules(ids)
+	return func() { c.net.SetInjectRules(prev) }, nil
 }
 
 // closeInject ends the call's injecting egress: after it, none of its events is emitted.

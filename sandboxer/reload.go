@@ -48,6 +48,9 @@ func (l *launch) reloadPolicy(done <-chan struct{}) {
 		if err == nil && c.Isolation != l.env.compiled.Isolation {
 			err = fmt.Errorf("isolation.network changed from %s to %s: not applicable to a running call", l.env.compiled.Isolation, c.Isolation)
 		}
+		if err == nil {
+			err = sameInjection(l.spec.Policy, p)
+		}
 		if err == nil && !reflect.DeepEqual(c.Network, current) {
 			err = l.call.UpdateNetwork(&c.Network)
 			if err == nil {
@@ -63,4 +66,32 @@ func (l *launch) reloadPolicy(done <-chan struct{}) {
 		r.Generation = generation
 		l.call.Emit(event.Event{Kind: event.KindReload, Reload: r})
 	}
+}
+
+// sameInjection refuses a reload that changes the running call's injected credentials (one
+// added or removed, its hosts, header, format, basic user or query parameter): the call's
+// placeholders, CA and egress were made for the ones it started with, and a reload must not
+// move where its secrets go while it runs. A new call gets the reloaded ones.
+func sameInjection(was, now *policy.Policy) error {
+	injected := func(p *policy.Policy) map[string]policy.Inject {
+		out := map[string]policy.Inject{}
+		for _, c := range p.Spec.Credentials {
+			if c.Deliver.Inject != nil {
+				out[c.Name] = *c.Deliver.Inject
+			}
+		}
+		return out
+	}
+	a, b := injected(was), injected(now)
+	for name, in := range a {
+		if nb, ok := b[name]; !ok || !reflect.DeepEqual(in, nb) {
+			return fmt.Errorf("injected credential %s changed: a running call keeps the injection it started with (a new call gets the reloaded one)", name)
+		}
+	}
+	for name := range b {
+		if _, ok := a[name]; !ok {
+			return fmt.Errorf("injected credential %s added: a running call keeps the injection it started with (a new call gets the reloaded one)", name)
+		}
+	}
+	return nil
 }

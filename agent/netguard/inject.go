@@ -39,6 +39,26 @@ func (cn *CallNet) SetInject(proxyPort uint16, rules []uint32) error {
 	return nil
 }
 
+// SetInjectRules replaces the domain rules whose pins are moved to the call's injecting
+// egress, for a hot-reloaded policy: its rule ids are the same hosts' under new numbers
+// (another rule added before them shifts them). It returns the rules it replaced (to put them
+// back when the reload fails). Redirections already written stay: they are the same hosts'.
+func (cn *CallNet) SetInjectRules(rules []uint32) (prev []uint32) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for r := range cn.injectRules {
+		prev = append(prev, r)
+	}
+	if cn.injectPort == 0 {
+		return prev
+	}
+	cn.injectRules = map[uint32]bool{}
+	for _, r := range rules {
+		cn.injectRules[r] = true
+	}
+	return prev
+}
+
 // moveInjected writes the redirections of addr for the injecting rules among rules. Called
 // with cn.mu held, by Pin.
 func (cn *CallNet) moveInjected(addr netip.Addr, rules []PinRule) error {
