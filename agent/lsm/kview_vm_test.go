@@ -181,12 +181,14 @@ func TestVMKernelViewOfForgedPaths(t *testing.T) {
 			t.Fatalf("the racer removed precious %d times: the test shows nothing", n)
 		}
 		removed += n
-		roundForged := 0
+		roundForged, wrong := 0, 0
 		for _, sc := range unlinks {
 			worked++
 			if sc.Path != precious || sc.PathSource != "kernel" || sc.Ino == 0 || sc.Dev == "" {
-				t.Errorf("an unlink that removed precious is recorded as %q (source %q, dev %q ino %d, the tool's memory said %q): want the kernel's %s",
-					sc.Path, sc.PathSource, sc.Dev, sc.Ino, sc.ToolPath, precious)
+				if wrong++; wrong <= 5 || sc.Path != "precious" {
+					t.Errorf("an unlink that removed precious is recorded as %q (source %q, dev %q ino %d, the tool's memory said %q): want the kernel's %s",
+						sc.Path, sc.PathSource, sc.Dev, sc.Ino, sc.ToolPath, precious)
+				}
 				continue
 			}
 			if filepath.Base(sc.ToolPath) != "precious" {
@@ -204,6 +206,9 @@ func TestVMKernelViewOfForgedPaths(t *testing.T) {
 		forged += roundForged
 		t.Logf("round %d: %d unlinks of precious; in the trail %d, %d of them with another path in the tool's memory (path_forged), %d flagged by the exit's reread so far",
 			round, n, len(unlinks), roundForged, flagged)
+		if wrong > 0 {
+			t.Errorf("round %d: %d of %d unlinks that removed precious are not recorded as the kernel's %s", round, wrong, len(unlinks), precious)
+		}
 		if len(unlinks) != n {
 			t.Errorf("round %d: %d unlinks worked, %d in the trail", round, n, len(unlinks))
 		}
