@@ -179,6 +179,36 @@ func TestDecode(t *testing.T) {
 	fd.Source = uint32(bpf.WireBermSourceBERM_SRC_KERNEL)
 	fdRaw := variable(&fd, &fd.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "/work/report.csv")
 
+	// The kernel's view (BPF LSM) beside the tool's memory: an unlink whose buffer said
+	// d37/harmless while the kernel removed /work/precious (inode 42 on 8:1).
+	kobj := func(path string, ino uint64) bpf.WireBermKobj {
+		return bpf.WireBermKobj{Ino: ino, Dev: 8<<20 | 1, Seen: 1, Path: str(path, uint32(len(path)))}
+	}
+	var fu bpf.WireBermSyscallPath
+	fu.Sc.Nr = 263
+	fu.Path, fu.Source = str("d37/harmless", 12), uint32(bpf.WireBermSourceBERM_SRC_USER)
+	fu.Kobj = kobj("/work/precious", 42)
+	fuRaw := variable(&fu, &fu.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "d37/harmless", "/work/precious")
+	// The same name through a symbolic link to the directory: not forged.
+	var hu bpf.WireBermSyscallPath
+	hu.Sc.Nr = 87
+	hu.Path, hu.Source = str("link/precious/", 14), uint32(bpf.WireBermSourceBERM_SRC_USER)
+	hu.Kobj = kobj("/work/real/precious", 42)
+	huRaw := variable(&hu, &hu.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "link/precious/", "/work/real/precious")
+	// A rename whose target the tool's memory named c while the kernel made b.
+	var fr bpf.WireBermSyscallPath
+	fr.Sc.Nr = 316
+	fr.Path, fr.Path2 = str("a", 1), str("c", 1)
+	fr.Source, fr.Source2 = uint32(bpf.WireBermSourceBERM_SRC_USER), uint32(bpf.WireBermSourceBERM_SRC_USER)
+	fr.Kobj, fr.Kobj2 = kobj("/work/a", 7), kobj("/work/b", 0)
+	frRaw := variable(&fr, &fr.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "a", "c", "/work/a", "/work/b")
+	// truncate follows a final symlink: another name is no forgery.
+	var tr bpf.WireBermSyscallPath
+	tr.Sc.Nr = 76
+	tr.Path, tr.Source = str("latest", 6), uint32(bpf.WireBermSourceBERM_SRC_USER)
+	tr.Kobj = kobj("/work/log.3", 9)
+	trRaw := variable(&tr, &tr.Sc.Hdr, bpf.WireBermOpBERM_OP_SYSCALL_PATH, "latest", "/work/log.3")
+
 	var sp bpf.WireBermSyscall
 	sp.Hdr = mkHdr(bpf.WireBermOpBERM_OP_SYSCALL, unsafe.Sizeof(sp))
 	sp.Nr = 110
@@ -226,6 +256,24 @@ func TestDecode(t *testing.T) {
 		{"syscall on an fd", fdRaw, func(e *event.Event) bool {
 			return e.Syscall.Name == "ftruncate" && e.Syscall.Path == "/work/report.csv" && e.Syscall.PathSource == "kernel" &&
 				!e.Syscall.PathChanged
+		}},
+		{"a forged unlink is the kernel's object", fuRaw, func(e *event.Event) bool {
+			sc := e.Syscall
+			return sc.Path == "/work/precious" && sc.PathSource == "kernel" && sc.ToolPath == "d37/harmless" &&
+				sc.PathForged && sc.Dev == "8:1" && sc.Ino == 42 && !sc.Path2Forged && sc.Path2Source == ""
+		}},
+		{"an unlink through a linked directory is not forged", huRaw, func(e *event.Event) bool {
+			sc := e.Syscall
+			return sc.Path == "/work/real/precious" && sc.ToolPath == "link/precious/" && !sc.PathForged
+		}},
+		{"a rename's forged target", frRaw, func(e *event.Event) bool {
+			sc := e.Syscall
+			return sc.Path == "/work/a" && sc.Path2 == "/work/b" && sc.ToolPath2 == "c" && sc.Path2Source == "kernel" &&
+				!sc.PathForged && sc.Path2Forged && sc.Ino == 7 && sc.Ino2 == 0 && sc.Dev2 == "8:1"
+		}},
+		{"truncate through a symlink is not forged", trRaw, func(e *event.Event) bool {
+			sc := e.Syscall
+			return sc.Path == "/work/log.3" && sc.ToolPath == "latest" && !sc.PathForged
 		}},
 		{"network denial", raw(&nd), func(e *event.Event) bool {
 			return e.Kind == event.KindDenial && e.Denial.Layer == event.LayerCgroupSock &&

@@ -57,6 +57,8 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 	case ev.Syscall != nil:
 		s("path", &ev.Syscall.Path)
 		s("path", &ev.Syscall.Path2)
+		s("path", &ev.Syscall.ToolPath)
+		s("path", &ev.Syscall.ToolPath2)
 	case ev.Connect != nil:
 		s("address", &ev.Connect.Addr)
 	case ev.Denial != nil:

@@ -25,6 +25,7 @@ const struct berm_open *unused_open __attribute__((unused));
 const struct berm_connect *unused_connect __attribute__((unused));
 const struct berm_syscall *unused_syscall __attribute__((unused));
 const struct berm_syscall_path *unused_syscall_path __attribute__((unused));
+const struct berm_kobj *unused_kobj __attribute__((unused));
 const enum berm_changed *unused_changed __attribute__((unused));
 const struct berm_syscounts *unused_syscounts __attribute__((unused));
 const struct berm_aggmask *unused_aggmask __attribute__((unused));

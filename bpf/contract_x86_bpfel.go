@@ -178,6 +178,14 @@ type WireBermKaddr struct {
 	Addr   [16]uint8
 }
 
+type WireBermKobj struct {
+	_    structs.HostLayout
+	Ino  uint64
+	Dev  uint32
+	Seen uint32
+	Path WireBermStr
+}
+
 type WireBermLsmDeny struct {
 	_     structs.HostLayout
 	Hdr   WireBermHdr
@@ -327,6 +335,8 @@ type WireBermSyscallPath struct {
 	Path2   WireBermStr
 	Changed uint32
 	Pad     uint32
+	Kobj    WireBermKobj
+	Kobj2   WireBermKobj
 }
 
 type WireBermSyscounts struct {
@@ -389,6 +399,7 @@ const (
 	WireVarUnusedInjectKey   = "unused_inject_key"
 	WireVarUnusedInjectOrig  = "unused_inject_orig"
 	WireVarUnusedKaddr       = "unused_kaddr"
+	WireVarUnusedKobj        = "unused_kobj"
 	WireVarUnusedLsmDeny     = "unused_lsm_deny"
 	WireVarUnusedLsmKey      = "unused_lsm_key"
 	WireVarUnusedLsmRight    = "unused_lsm_right"
@@ -486,6 +497,7 @@ type WireVariableSpecs struct {
 	UnusedInjectKey   *ebpf.VariableSpec `ebpf:"unused_inject_key"`
 	UnusedInjectOrig  *ebpf.VariableSpec `ebpf:"unused_inject_orig"`
 	UnusedKaddr       *ebpf.VariableSpec `ebpf:"unused_kaddr"`
+	UnusedKobj        *ebpf.VariableSpec `ebpf:"unused_kobj"`
 	UnusedLsmDeny     *ebpf.VariableSpec `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.VariableSpec `ebpf:"unused_lsm_key"`
 	UnusedLsmRight    *ebpf.VariableSpec `ebpf:"unused_lsm_right"`
@@ -559,6 +571,7 @@ type WireVariables struct {
 	UnusedInjectKey   *ebpf.Variable `ebpf:"unused_inject_key"`
 	UnusedInjectOrig  *ebpf.Variable `ebpf:"unused_inject_orig"`
 	UnusedKaddr       *ebpf.Variable `ebpf:"unused_kaddr"`
+	UnusedKobj        *ebpf.Variable `ebpf:"unused_kobj"`
 	UnusedLsmDeny     *ebpf.Variable `ebpf:"unused_lsm_deny"`
 	UnusedLsmKey      *ebpf.Variable `ebpf:"unused_lsm_key"`
 	UnusedLsmRight    *ebpf.Variable `ebpf:"unused_lsm_right"`

@@ -13,6 +13,14 @@
  * already unites each rule with its ancestors' rights, as Landlock does. No rule within
  * BERM_LSM_DEPTH levels: denied. Only cgroups in berm_calls are judged.
  *
+ * The kernel's view of the object: these hooks run inside the syscall, after the kernel read
+ * the path from the tool's memory and looked it up. Each records the object it was given (its
+ * path walked up from the dentry, its device and inode) into the task's capture of the syscall
+ * it serves (struct pending, lib/maps.h), and the syscall's exit puts it in the record beside
+ * the path read from the tool's memory (syscalls.bpf.c). A thread rewriting the path buffer
+ * can make the tool's memory say anything; the hook's dentry is what was unlinked, renamed,
+ * made or truncated. Recorded whatever the verdict, for every traced call, policy or not.
+ *
  * License: dual GPL-2.0-only / BSD-2-Clause. BPF LSM programs and bpf_d_path need a
  * GPL-compatible license, hence the "Dual BSD/GPL" below.
  */
@@ -20,7 +28,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "lib/maps.h"
+#include "lib/record.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -219,10 +227,90 @@ static __always_inline int judge(struct vfsmount *mnt, struct dentry *d, __u32 n
 	return audit ? 0 : -EPERM;
 }
 
+/* x86-64 numbers of the syscalls whose objects the hooks below record (see serves) */
+#define NR_truncate 76
+#define NR_rename 82
+#define NR_mkdir 83
+#define NR_rmdir 84
+#define NR_unlink 87
+#define NR_mknod 133
+#define NR_mkdirat 258
+#define NR_mknodat 259
+#define NR_unlinkat 263
+#define NR_renameat 264
+#define NR_renameat2 316
+#define NR_execve 59
+#define NR_execveat 322
+
+/* Which hook records the objects of which syscall: a hook also runs inside other syscalls
+ * (path_mknod in an open with O_CREAT, path_truncate in one with O_TRUNC), whose objects the
+ * open's fd already names. */
+enum hook {
+	HOOK_UNLINK,
+	HOOK_RMDIR,
+	HOOK_RENAME,
+	HOOK_MKDIR,
+	HOOK_MKNOD,
+	HOOK_TRUNCATE,
+	HOOK_EXEC,
+};
+
+static __always_inline int serves(enum hook h, __u32 nr)
+{
+	switch (h) {
+	case HOOK_UNLINK:
+		return nr == NR_unlink || nr == NR_unlinkat;
+	case HOOK_RMDIR:
+		return nr == NR_rmdir || nr == NR_unlinkat;
+	case HOOK_RENAME:
+		return nr == NR_rename || nr == NR_renameat || nr == NR_renameat2;
+	case HOOK_MKDIR:
+		return nr == NR_mkdir || nr == NR_mkdirat;
+	case HOOK_MKNOD:
+		return nr == NR_mknod || nr == NR_mknodat;
+	case HOOK_TRUNCATE:
+		return nr == NR_truncate;
+	case HOOK_EXEC:
+		return nr == NR_execve || nr == NR_execveat;
+	}
+	return 0;
+}
+
+/* The current task's capture of the syscall it is in, when hook h records that syscall's
+ * objects: only tasks of traced calls have one (the entry made it). */
+static __always_inline struct pending *capture_of(enum hook h)
+{
+	struct pending *p = bpf_task_storage_get(&berm_pending, bpf_get_current_task_btf(), 0, 0);
+	if (!p || !serves(h, p->nr))
+		return 0;
+	return p;
+}
+
+/*
+ * Record (mnt, d) as the kernel's view of the syscall's first (second: 0 / 1) path: the path
+ * walked up from the dentry to the task's root (lib/record.h, as the exec record's), the
+ * device and inode. A negative dentry (an entry about to be made) has no inode: its device is
+ * the mount's.
+ */
+static __always_inline void see(struct pending *p, int second, struct vfsmount *mnt, struct dentry *d)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct berm_kobj *k = second ? &p->k2 : &p->k1;
+	__u32 full = 0;
+	__u32 len = berm_walk_path(second ? p->kp2 : p->kp1, mnt, d, task, &full);
+	struct inode *inode = BPF_CORE_READ(d, d_inode);
+	k->path.len = len;
+	k->path.full = full;
+	k->ino = inode ? BPF_CORE_READ(inode, i_ino) : 0;
+	k->dev = inode ? BPF_CORE_READ(inode, i_sb, s_dev) : BPF_CORE_READ(mnt, mnt_sb, s_dev);
+	k->seen = len > 0;
+}
+
 /*
  * file_open runs for every open that yields a file (not O_PATH), after the path walk, with
  * the final inode and the access mode: reads, writes and the opens exec makes (open_exec,
- * also for the ELF interpreter and script interpreters) are all decided here.
+ * also for the ELF interpreter and script interpreters) are all decided here. It records no
+ * kernel view: a successful open's fd names its file at the exit, a refused one its denial.
  */
 SEC("lsm/file_open")
 int BPF_PROG(berm_file_open, struct file *file)
@@ -243,13 +331,18 @@ int BPF_PROG(berm_file_open, struct file *file)
 /*
  * bprm_check_security sees the file that will actually run, once per binfmt stage (a script,
  * then its interpreter): exec stays enforced whatever route opened the file, e.g. an
- * execveat() of an fd opened before the policy applied.
+ * execveat() of an fd opened before the policy applied. The first stage's file is recorded as
+ * the kernel's view of execve's path (reported when the exec fails).
  */
 SEC("lsm/bprm_check_security")
 int BPF_PROG(berm_bprm_check, struct linux_binprm *bprm)
 {
 	struct file *file = bprm->file; /* a BTF pointer, as bpf_d_path needs */
 	struct object obj = {};
+	/* The first stage's file is the one the tool named (then a script's interpreter). */
+	struct pending *p = capture_of(HOOK_EXEC);
+	if (p && !p->k1.seen)
+		see(p, 0, BPF_CORE_READ(file, f_path.mnt), BPF_CORE_READ(file, f_path.dentry));
 	return judge(BPF_CORE_READ(file, f_path.mnt), BPF_CORE_READ(file, f_path.dentry), BERM_LSM_EXEC,
 		     (struct path *)&file->f_path, &obj);
 }
@@ -257,13 +350,17 @@ int BPF_PROG(berm_bprm_check, struct linux_binprm *bprm)
 /*
  * Deletion is a right on the directory, as for Landlock (REMOVE_FILE/REMOVE_DIR): a file one
  * may read is not a file one may delete. The path_* hooks give the directory with its mount,
- * which the inode_* hooks lack (needed to walk up across mount points).
+ * which the inode_* hooks lack (needed to walk up across mount points), and the entry: the
+ * kernel's view of what unlink, unlinkat and rmdir remove, whatever the tool's buffer says.
  */
 SEC("lsm/path_unlink")
 int BPF_PROG(berm_path_unlink, const struct path *dir, struct dentry *dentry)
 {
 	struct vfsmount *mnt = BPF_CORE_READ(dir, mnt);
 	struct object obj = {.mnt = mnt, .d = dentry};
+	struct pending *p = capture_of(HOOK_UNLINK);
+	if (p)
+		see(p, 0, mnt, dentry);
 	return judge(mnt, BPF_CORE_READ(dir, dentry), BERM_LSM_REMOVE, NULL, &obj);
 }
 
@@ -272,6 +369,9 @@ int BPF_PROG(berm_path_rmdir, const struct path *dir, struct dentry *dentry)
 {
 	struct vfsmount *mnt = BPF_CORE_READ(dir, mnt);
 	struct object obj = {.mnt = mnt, .d = dentry};
+	struct pending *p = capture_of(HOOK_RMDIR);
+	if (p)
+		see(p, 0, mnt, dentry);
 	return judge(mnt, BPF_CORE_READ(dir, dentry), BERM_LSM_REMOVE, NULL, &obj);
 }
 
@@ -279,6 +379,7 @@ int BPF_PROG(berm_path_rmdir, const struct path *dir, struct dentry *dentry)
  * A rename removes an entry from one directory and makes one in another: REMOVE on the
  * source directory, WRITE on the target, REMOVE there too when it replaces an entry, and both
  * on both sides when it exchanges two. Without it, a file could leave a protected tree by moving.
+ * Both entries, with their mounts, are the kernel's view of the rename's two paths.
  */
 SEC("lsm/path_rename")
 int BPF_PROG(berm_path_rename, const struct path *old_dir, struct dentry *old_dentry,
@@ -289,6 +390,12 @@ int BPF_PROG(berm_path_rename, const struct path *old_dir, struct dentry *old_de
 		need |= BERM_LSM_WRITE;
 	struct vfsmount *mnt = BPF_CORE_READ(old_dir, mnt);
 	struct object obj = {.mnt = mnt, .d = old_dentry};
+	/* Both objects, before either is judged: a refused rename is recorded as what it was. */
+	struct pending *p = capture_of(HOOK_RENAME);
+	if (p) {
+		see(p, 0, mnt, old_dentry);
+		see(p, 1, BPF_CORE_READ(new_dir, mnt), new_dentry);
+	}
 	int ret = judge(mnt, BPF_CORE_READ(old_dir, dentry), need, NULL, &obj);
 	if (ret)
 		return ret;
@@ -302,13 +409,17 @@ int BPF_PROG(berm_path_rename, const struct path *old_dir, struct dentry *old_de
 
 /*
  * Creating an entry (open with O_CREAT, mknod, mkdir) needs WRITE on the directory, checked
- * before the entry exists: file_open only sees the file after it was made.
+ * before the entry exists: file_open only sees the file after it was made. The entry (no inode
+ * yet) is the kernel's view of mknod's and mkdir's path; an open's is its fd's.
  */
 SEC("lsm/path_mknod")
 int BPF_PROG(berm_path_mknod, const struct path *dir, struct dentry *dentry, umode_t mode, unsigned int dev)
 {
 	struct vfsmount *mnt = BPF_CORE_READ(dir, mnt);
 	struct object obj = {.mnt = mnt, .d = dentry};
+	struct pending *p = capture_of(HOOK_MKNOD);
+	if (p)
+		see(p, 0, mnt, dentry);
 	return judge(mnt, BPF_CORE_READ(dir, dentry), BERM_LSM_WRITE, NULL, &obj);
 }
 
@@ -317,15 +428,22 @@ int BPF_PROG(berm_path_mkdir, const struct path *dir, struct dentry *dentry, umo
 {
 	struct vfsmount *mnt = BPF_CORE_READ(dir, mnt);
 	struct object obj = {.mnt = mnt, .d = dentry};
+	struct pending *p = capture_of(HOOK_MKDIR);
+	if (p)
+		see(p, 0, mnt, dentry);
 	return judge(mnt, BPF_CORE_READ(dir, dentry), BERM_LSM_WRITE, NULL, &obj);
 }
 
-/* truncate(2) changes a file's content without opening it. */
+/* truncate(2) changes a file's content without opening it: the kernel's view of its path is
+ * the file the path resolved to (through a final symlink too). */
 SEC("lsm/path_truncate")
 int BPF_PROG(berm_path_truncate, const struct path *path)
 {
 	struct vfsmount *mnt = BPF_CORE_READ(path, mnt);
 	struct dentry *d = BPF_CORE_READ(path, dentry);
 	struct object obj = {.mnt = mnt, .d = d};
+	struct pending *p = capture_of(HOOK_TRUNCATE);
+	if (p)
+		see(p, 0, mnt, d);
 	return judge(mnt, d, BERM_LSM_WRITE, NULL, &obj);
 }

@@ -22,8 +22,11 @@ const (
 	LsmMapBermEvents        = "berm_events"
 	LsmMapBermLsmRules      = "berm_lsm_rules"
 	LsmMapBermLsmScratch    = "berm_lsm_scratch"
+	LsmMapBermPending       = "berm_pending"
+	LsmMapBermRecScratch    = "berm_rec_scratch"
 	LsmMapBermRingIn        = "berm_ring_in"
 	LsmMapBermRingOut       = "berm_ring_out"
+	LsmMapBermWalkScratch   = "berm_walk_scratch"
 	LsmProgBermBprmCheck    = "berm_bprm_check"
 	LsmProgBermFileOpen     = "berm_file_open"
 	LsmProgBermPathMkdir    = "berm_path_mkdir"
@@ -98,8 +101,11 @@ type LsmMapSpecs struct {
 	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
 	BermLsmRules    *ebpf.MapSpec `ebpf:"berm_lsm_rules"`
 	BermLsmScratch  *ebpf.MapSpec `ebpf:"berm_lsm_scratch"`
+	BermPending     *ebpf.MapSpec `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
 	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
 	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
+	BermWalkScratch *ebpf.MapSpec `ebpf:"berm_walk_scratch"`
 }
 
 // LsmVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,8 +142,11 @@ type LsmMaps struct {
 	BermEvents      *ebpf.Map `ebpf:"berm_events"`
 	BermLsmRules    *ebpf.Map `ebpf:"berm_lsm_rules"`
 	BermLsmScratch  *ebpf.Map `ebpf:"berm_lsm_scratch"`
+	BermPending     *ebpf.Map `ebpf:"berm_pending"`
+	BermRecScratch  *ebpf.Map `ebpf:"berm_rec_scratch"`
 	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
 	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
+	BermWalkScratch *ebpf.Map `ebpf:"berm_walk_scratch"`
 }
 
 func (m *LsmMaps) Close() error {
@@ -148,8 +157,11 @@ func (m *LsmMaps) Close() error {
 		m.BermEvents,
 		m.BermLsmRules,
 		m.BermLsmScratch,
+		m.BermPending,
+		m.BermRecScratch,
 		m.BermRingIn,
 		m.BermRingOut,
+		m.BermWalkScratch,
 	)
 }
 

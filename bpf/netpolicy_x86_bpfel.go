@@ -30,6 +30,7 @@ const (
 	NetpolicyMapBermNetOwned         = "berm_net_owned"
 	NetpolicyMapBermNetPolicy        = "berm_net_policy"
 	NetpolicyMapBermNetSlots         = "berm_net_slots"
+	NetpolicyMapBermPending          = "berm_pending"
 	NetpolicyMapBermRingIn           = "berm_ring_in"
 	NetpolicyMapBermRingOut          = "berm_ring_out"
 	NetpolicyProgBermConnect4        = "berm_connect4"
@@ -117,6 +118,7 @@ type NetpolicyMapSpecs struct {
 	BermNetOwned    *ebpf.MapSpec `ebpf:"berm_net_owned"`
 	BermNetPolicy   *ebpf.MapSpec `ebpf:"berm_net_policy"`
 	BermNetSlots    *ebpf.MapSpec `ebpf:"berm_net_slots"`
+	BermPending     *ebpf.MapSpec `ebpf:"berm_pending"`
 	BermRingIn      *ebpf.MapSpec `ebpf:"berm_ring_in"`
 	BermRingOut     *ebpf.MapSpec `ebpf:"berm_ring_out"`
 }
@@ -164,6 +166,7 @@ type NetpolicyMaps struct {
 	BermNetOwned    *ebpf.Map `ebpf:"berm_net_owned"`
 	BermNetPolicy   *ebpf.Map `ebpf:"berm_net_policy"`
 	BermNetSlots    *ebpf.Map `ebpf:"berm_net_slots"`
+	BermPending     *ebpf.Map `ebpf:"berm_pending"`
 	BermRingIn      *ebpf.Map `ebpf:"berm_ring_in"`
 	BermRingOut     *ebpf.Map `ebpf:"berm_ring_out"`
 }
@@ -184,6 +187,7 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermNetOwned,
 		m.BermNetPolicy,
 		m.BermNetSlots,
+		m.BermPending,
 		m.BermRingIn,
 		m.BermRingOut,
 	)

@@ -20,6 +20,7 @@ const (
 	ProcessMapBermConnectAddr  = "berm_connect_addr"
 	ProcessMapBermDrops        = "berm_drops"
 	ProcessMapBermEvents       = "berm_events"
+	ProcessMapBermPending      = "berm_pending"
 	ProcessMapBermRecScratch   = "berm_rec_scratch"
 	ProcessMapBermRingIn       = "berm_ring_in"
 	ProcessMapBermRingOut      = "berm_ring_out"
@@ -89,6 +90,7 @@ type ProcessMapSpecs struct {
 	BermConnectAddr  *ebpf.MapSpec `ebpf:"berm_connect_addr"`
 	BermDrops        *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents       *ebpf.MapSpec `ebpf:"berm_events"`
+	BermPending      *ebpf.MapSpec `ebpf:"berm_pending"`
 	BermRecScratch   *ebpf.MapSpec `ebpf:"berm_rec_scratch"`
 	BermRingIn       *ebpf.MapSpec `ebpf:"berm_ring_in"`
 	BermRingOut      *ebpf.MapSpec `ebpf:"berm_ring_out"`
@@ -130,6 +132,7 @@ type ProcessMaps struct {
 	BermConnectAddr  *ebpf.Map `ebpf:"berm_connect_addr"`
 	BermDrops        *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents       *ebpf.Map `ebpf:"berm_events"`
+	BermPending      *ebpf.Map `ebpf:"berm_pending"`
 	BermRecScratch   *ebpf.Map `ebpf:"berm_rec_scratch"`
 	BermRingIn       *ebpf.Map `ebpf:"berm_ring_in"`
 	BermRingOut      *ebpf.Map `ebpf:"berm_ring_out"`
@@ -145,6 +148,7 @@ func (m *ProcessMaps) Close() error {
 		m.BermConnectAddr,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermPending,
 		m.BermRecScratch,
 		m.BermRingIn,
 		m.BermRingOut,

@@ -91,30 +91,6 @@ struct {
 	__type(value, struct berm_aggcounts);
 } berm_aggcounts SEC(".maps");
 
-/*
- * What a syscall's entry captured for its exit. A task is in one syscall at a time; task
- * storage is allocated on a task's first captured syscall and freed with the task.
- */
-struct pending {
-	__u32 nr;
-	__u32 source;
-	__u32 source2;
-	__u32 addrlen;
-	struct berm_str path;
-	struct berm_str path2;
-	__u64 uptr1; /* the user pointers path and path2 were read from (source USER) */
-	__u64 uptr2;
-	__u8 addr[128];
-	char p1[BERM_PATH_MAX];
-	char p2[BERM_PATH_MAX];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct pending);
-} berm_pending SEC(".maps");
 
 /* Which argument of a traced syscall is a path (-1: none). x86-64 numbers. */
 static __always_inline int path_arg(long nr)
@@ -294,6 +270,8 @@ static __noinline int capture(struct pt_regs *regs, long nr)
 	p->path2.len = 0;
 	p->uptr1 = 0;
 	p->uptr2 = 0;
+	p->k1.seen = 0; /* what a hook saw in an earlier syscall is not this one's object */
+	p->k2.seen = 0;
 	if (nr == NR_connect) {
 		__u32 len = regs->dx;
 		if (len > sizeof(p->addr))
@@ -375,8 +353,19 @@ static __always_inline __u32 put_str(struct berm_rec *r, __u32 off, const char *
 {
 	len &= BERM_PATH_MAX - 1;
 	if (len)
-		bpf_probe_read_kernel(&r->b[off & (2 * BERM_PATH_MAX - 1)], len, src);
+		bpf_probe_read_kernel(&r->b[off & (BERM_REC_SIZE / 2 - 1)], len, src);
 	return off + len;
+}
+
+/* The kernel's view of an object a BPF LSM hook saw in this syscall, into a record. */
+static __always_inline __u32 put_kobj(struct berm_rec *r, __u32 off, struct berm_kobj *dst, struct berm_kobj *k,
+				      const char *path)
+{
+	if (!k->seen) /* dst stays zero */
+		return off;
+	*dst = *k;
+	dst->path.len &= BERM_PATH_MAX - 1;
+	return put_str(r, off, path, dst->path.len);
 }
 
 static __noinline int emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt_regs *regs, long nr, long ret)
@@ -641,6 +630,8 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	e->path2.full = 0;
 	e->changed = 0;
 	e->pad = 0;
+	__builtin_memset(&e->kobj, 0, sizeof(e->kobj));
+	__builtin_memset(&e->kobj2, 0, sizeof(e->kobj2));
 	struct pending *p = pending_of(task, 0);
 	if (!p || p->nr != nr) {
 		/* The entry tracepoint did not run: seccomp refused the call before it. Nothing was
@@ -663,6 +654,9 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 		off = put_str(r, off, p->p2, p->path2.len);
 		e->path.len &= BERM_PATH_MAX - 1;
 		e->path2.len &= BERM_PATH_MAX - 1;
+		/* What the BPF LSM hooks saw of the objects while the syscall ran (lsm.bpf.c) */
+		off = put_kobj(r, off, &e->kobj, &p->k1, p->kp1);
+		off = put_kobj(r, off, &e->kobj2, &p->k2, p->kp2);
 	}
 	off &= BERM_REC_SIZE - 1;
 	berm_fill_hdr(&e->sc.hdr, cfg, cgid, BERM_OP_SYSCALL_PATH, off, task);

@@ -313,6 +313,35 @@ func (sc *scanner) syscall(x *event.Syscall) {
 	if sc.has(`,"path2_changed":`) {
 		x.Path2Changed = sc.isTrue()
 	}
+	if sc.has(`,"tool_path":`) {
+		x.ToolPath = sc.nonEmpty()
+	}
+	if sc.has(`,"dev":`) {
+		x.Dev = sc.nonEmpty()
+	}
+	if sc.has(`,"ino":`) {
+		x.Ino = sc.uint64()
+		sc.check(x.Ino != 0)
+	}
+	if sc.has(`,"path_forged":`) {
+		x.PathForged = sc.isTrue()
+	}
+	if sc.has(`,"path2_source":`) {
+		x.Path2Source = sc.nonEmpty()
+	}
+	if sc.has(`,"tool_path2":`) {
+		x.ToolPath2 = sc.nonEmpty()
+	}
+	if sc.has(`,"dev2":`) {
+		x.Dev2 = sc.nonEmpty()
+	}
+	if sc.has(`,"ino2":`) {
+		x.Ino2 = sc.uint64()
+		sc.check(x.Ino2 != 0)
+	}
+	if sc.has(`,"path2_forged":`) {
+		x.Path2Forged = sc.isTrue()
+	}
 	sc.expect('}')
 }
 

@@ -158,6 +158,12 @@ var variables = []struct {
 		// the path (path2) read at entry differed at exit: rewritten while the kernel used it
 		field{"path_changed", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).PathChanged })},
 		field{"path2_changed", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).Path2Changed })},
+		// where BPF LSM saw the object: the path as the tool's memory said it, and whether it
+		// named another entry than the kernel acted on (path is then the kernel's)
+		field{"tool_path", types.StringType, str(func(v any) string { return v.(*event.Syscall).ToolPath })},
+		field{"tool_path2", types.StringType, str(func(v any) string { return v.(*event.Syscall).ToolPath2 })},
+		field{"path_forged", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).PathForged })},
+		field{"path2_forged", types.BoolType, boolean(func(v any) bool { return v.(*event.Syscall).Path2Forged })},
 	)},
 	{"denial", event.KindDenial, newObjType("berm.Denial",
 		field{"layer", types.StringType, str(func(v any) string { return v.(*event.Denial).Layer })},

@@ -214,6 +214,28 @@ type Syscall struct {
 	PathChanged bool `json:"path_changed,omitempty" ch:"path_changed"`
 	// Path2Changed: Path2 was not the same at the syscall's exit as at its entry.
 	Path2Changed bool `json:"path2_changed,omitempty"`
+
+	// Where BPF LSM is active, its hooks see the object while the syscall runs (unlink, rmdir,
+	// rename, mkdir, mknod, truncate, a failed exec): Path is then the kernel's own path of it
+	// (PathSource "kernel"), Dev and Ino name it, and ToolPath is the argument as read from the
+	// tool's memory at the syscall's entry. Elsewhere Path is that argument, and its reread at
+	// the exit (PathChanged) is all the evidence of a rewrite there is.
+	ToolPath string `json:"tool_path,omitempty"`
+	Dev      string `json:"dev,omitempty"` // major:minor of the kernel's object
+	Ino      uint64 `json:"ino,omitempty"` // its inode; 0 for an entry about to be made
+	// PathForged: ToolPath names another entry than the one the kernel acted on (its last
+	// component is not the name of the kernel's dentry; compared where the syscall acts on the
+	// entry itself and does not follow a final symlink: unlink, rmdir, rename, mkdir, mknod).
+	// The tool's memory said one thing while the kernel did another: a forged trail.
+	PathForged bool `json:"path_forged,omitempty"`
+	// Path2Source is PathSource for Path2, a rename's target: "kernel" where BPF LSM saw it.
+	Path2Source string `json:"path2_source,omitempty"`
+	// ToolPath2 is Path2 as read from the tool's memory, where Path2 is the kernel's.
+	ToolPath2 string `json:"tool_path2,omitempty"`
+	Dev2      string `json:"dev2,omitempty"` // major:minor of the kernel's object of Path2
+	Ino2      uint64 `json:"ino2,omitempty"` // its inode; 0 for a rename's free target
+	// Path2Forged: ToolPath2 names another entry than the one the kernel acted on.
+	Path2Forged bool `json:"path2_forged,omitempty"`
 }
 
 // Denial is a refusal by an enforcement layer. Audit is true when the policy is in audit mode

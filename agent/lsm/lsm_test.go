@@ -11,7 +11,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testutil.Main(m, testutil.Children{childName: testutil.JSONChild(child)})
+	testutil.Main(m, testutil.Children{childName: testutil.JSONChild(child), racerName: testutil.JSONChild(racer)})
 }
 
 // New must give the answer the kernel calls for, which the probe finds out by loading and

@@ -23,7 +23,7 @@ func init() {
 	wire.RegisterVariable(bpf.WireBermOpBERM_OP_OPEN, tail(bpf.WireBermOpen{}, 2*bpf.BermPathMax), decodeOpen)
 	wire.Register(bpf.WireBermOpBERM_OP_CONNECT, decodeConnect)
 	wire.Register(bpf.WireBermOpBERM_OP_SYSCALL, decodeSyscall)
-	wire.RegisterVariable(bpf.WireBermOpBERM_OP_SYSCALL_PATH, tail(bpf.WireBermSyscallPath{}, 2*bpf.BermPathMax), decodeSyscallPath)
+	wire.RegisterVariable(bpf.WireBermOpBERM_OP_SYSCALL_PATH, tail(bpf.WireBermSyscallPath{}, 4*bpf.BermPathMax), decodeSyscallPath)
 }
 
 // tail is the largest size of a variable record: its struct and at most n bytes of strings.
@@ -129,8 +129,64 @@ func decodeSyscallPath(e *bpf.WireBermSyscallPath, b []byte, ev *event.Event) er
 	}
 	sc.PathChanged = e.Changed&uint32(bpf.WireBermChangedBERM_CHANGED_PATH) != 0
 	sc.Path2Changed = e.Changed&uint32(bpf.WireBermChangedBERM_CHANGED_PATH2) != 0
+	if p2.S != "" || e.Kobj2.Seen != 0 {
+		sc.Path2Source = wire.Source(e.Source2)
+	}
+	k1, k2 := t.Next(e.Kobj.Path), t.Next(e.Kobj2.Path)
+	acts := actsOnEntry(e.Sc.Nr)
+	if e.Kobj.Seen != 0 {
+		sc.ToolPath, sc.PathForged = p1.S, acts && forged(p1, k1)
+		sc.Path, sc.PathSource, sc.PathTruncated, sc.PathLen = k1.S, "kernel", k1.Truncated, 0
+		if k1.Truncated {
+			sc.PathLen = k1.Full
+		}
+		sc.Dev, sc.Ino = devString(e.Kobj.Dev), e.Kobj.Ino
+	}
+	if e.Kobj2.Seen != 0 {
+		sc.ToolPath2, sc.Path2Forged = p2.S, acts && forged(p2, k2)
+		sc.Path2, sc.Path2Source, sc.Path2Truncated, sc.Path2Len = k2.S, "kernel", k2.Truncated, 0
+		if k2.Truncated {
+			sc.Path2Len = k2.Full
+		}
+		sc.Dev2, sc.Ino2 = devString(e.Kobj2.Dev), e.Kobj2.Ino
+	}
 	return t.Err()
 }
+
+// actsOnEntry: the syscall acts on the directory entry its path names, never following a
+// final symlink (unlink, rmdir, rename, mkdir, mknod and their *at forms), so the last
+// component of the tool's path is the name of the dentry the kernel acted on. truncate and
+// exec follow a final symlink: their names may differ without any forgery.
+func actsOnEntry(nr uint32) bool {
+	switch nr {
+	case unix.SYS_UNLINK, unix.SYS_UNLINKAT, unix.SYS_RMDIR, unix.SYS_RENAME, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2,
+		unix.SYS_MKDIR, unix.SYS_MKDIRAT, unix.SYS_MKNOD, unix.SYS_MKNODAT:
+		return true
+	}
+	return false
+}
+
+// forged says whether the tool's path names another entry than the kernel's view: its last
+// component is not the last component of the kernel's path. The directories that led there
+// are not compared (symbolic links and bind mounts rename them without any forgery), nor are
+// cut paths. Names are compared byte for byte, as the kernel looked them up.
+func forged(tool, kernel wire.Str) bool {
+	if tool.Truncated || kernel.S == "" {
+		return false
+	}
+	return lastName(tool.S) != lastName(kernel.S)
+}
+
+func lastName(p string) string {
+	p = strings.TrimRight(p, "/")
+	if p == "" {
+		return "/"
+	}
+	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
+// devString is a device number in the kernel's encoding (major << 20 | minor) as major:minor.
+func devString(dev uint32) string { return fmt.Sprintf("%d:%d", dev>>20, dev&(1<<20-1)) }
 
 func splitArgs(b []byte) []string {
 	b = bytes.TrimRight(b, "\x00")

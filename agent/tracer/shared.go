@@ -21,12 +21,17 @@ type Shared struct {
 	// ConnectAddr carries the kernel's copy of a connect's destination from the cgroup
 	// connect hooks (netguard) to the connect's exit (the tracer).
 	ConnectAddr *ebpf.Map
+	// Pending is each task's capture of the syscall it is in: the entry's copy of its user
+	// memory arguments, and the kernel's view of its objects that the BPF LSM hooks (lsm) add
+	// while it runs, which the syscall's exit (the tracer) records.
+	Pending *ebpf.Map
 }
 
 // Shared returns the tracer's maps for other loaders.
 func (t *Tracer) Shared() Shared {
 	return Shared{Calls: t.proc.BermCalls, Events: t.proc.BermEvents, Drops: t.proc.BermDrops, WakeupBytes: t.cfg.WakeupBytes,
-		RingIn: t.proc.BermRingIn, RingOut: t.proc.BermRingOut, RingShare: t.cfg.RingShare, ConnectAddr: t.proc.BermConnectAddr}
+		RingIn: t.proc.BermRingIn, RingOut: t.proc.BermRingOut, RingShare: t.cfg.RingShare, ConnectAddr: t.proc.BermConnectAddr,
+		Pending: t.proc.BermPending}
 }
 
 // Load loads spec into objs (a bpf2go Objects struct) with its copies of the shared maps
@@ -36,8 +41,8 @@ func (s Shared) Load(spec *ebpf.CollectionSpec, objs any) error { return s.LoadP
 
 // LoadPinned is Load with the object's pinned maps (LIBBPF_PIN_BY_NAME) under pinPath.
 func (s Shared) LoadPinned(spec *ebpf.CollectionSpec, objs any, pinPath string) error {
-	if s.Calls == nil || s.Events == nil || s.Drops == nil || s.RingIn == nil || s.RingOut == nil || s.ConnectAddr == nil {
-		return errors.New("the shared calls, events, drops, ring share and connect address maps are required")
+	if s.Calls == nil || s.Events == nil || s.Drops == nil || s.RingIn == nil || s.RingOut == nil || s.ConnectAddr == nil || s.Pending == nil {
+		return errors.New("the shared calls, events, drops, ring share, connect address and pending maps are required")
 	}
 	if err := prepare(spec, s.Events.MaxEntries(), s.WakeupBytes, s.RingShare); err != nil {
 		return err
@@ -49,6 +54,7 @@ func (s Shared) LoadPinned(spec *ebpf.CollectionSpec, objs any, pinPath string) 
 		"berm_ring_in":      s.RingIn,
 		"berm_ring_out":     s.RingOut,
 		"berm_connect_addr": s.ConnectAddr,
+		"berm_pending":      s.Pending,
 	}}
 	opts.Maps.PinPath = pinPath
 	if err := spec.LoadAndAssign(objs, opts); err != nil {

@@ -79,6 +79,21 @@ enum berm_source {
 };
 
 /*
+ * The kernel's view of a syscall's object, as a BPF LSM hook saw it (lsm.bpf.c): the path the
+ * kernel resolved, walked from the object's dentry up to the task's root, and the object's
+ * device and inode. The hook runs inside the syscall, after the kernel read the path from user
+ * memory and looked it up, so this is the object acted on whatever the tool's memory says
+ * before or after. seen = 0: no hook saw it (no BPF LSM on this kernel, or a syscall no hook
+ * serves); only the path read from user memory, and its reread at exit, are there then.
+ */
+struct berm_kobj {
+	__u64 ino;       /* 0: no inode yet (an entry about to be made, a rename's free target) */
+	__u32 dev;       /* the kernel's encoding, major << 20 | minor */
+	__u32 seen;
+	struct berm_str path; /* bytes in the record's tail, after the other strings */
+};
+
+/*
  * Variable-size records (exec, open, syscall_path) are the struct followed by the bytes of
  * their berm_str fields, in field order; hdr.size is the whole record.
  */
@@ -176,6 +191,8 @@ struct berm_syscall_path {
 	struct berm_str path2;
 	__u32 changed;   /* enum berm_changed: a user-memory path read again at exit differed */
 	__u32 pad;
+	struct berm_kobj kobj;  /* the kernel's view of path's object, where a BPF LSM hook saw it */
+	struct berm_kobj kobj2; /* and of path2's (a rename's target) */
 };
 
 /*

@@ -64,6 +64,38 @@ struct {
 	__type(value, struct berm_kaddr);
 } berm_connect_addr SEC(".maps");
 
+/*
+ * What a syscall's entry captured for its exit (syscalls.bpf.c), and what the BPF LSM hooks
+ * saw of its objects while it ran (lsm.bpf.c): shared, so that a hook adds the kernel's view
+ * to the capture of the syscall it runs in, and the exit puts both in one record. A task is
+ * in one syscall at a time; task storage is allocated on a task's first captured syscall and
+ * freed with the task. The entry resets the kernel's view with the rest (capture).
+ */
+struct pending {
+	__u32 nr;
+	__u32 source;
+	__u32 source2;
+	__u32 addrlen;
+	struct berm_str path;
+	struct berm_str path2;
+	__u64 uptr1; /* the user pointers path and path2 were read from (source USER) */
+	__u64 uptr2;
+	__u8 addr[128];
+	char p1[BERM_PATH_MAX];
+	char p2[BERM_PATH_MAX];
+	struct berm_kobj k1; /* the kernel's view of path's object (k1.path's bytes in kp1) */
+	struct berm_kobj k2; /* and of path2's */
+	char kp1[BERM_PATH_MAX];
+	char kp2[BERM_PATH_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pending);
+} berm_pending SEC(".maps");
+
 /* Wake the reader only once this many bytes wait: wake-ups dominate the cost of an event. */
 const volatile __u64 wakeup_bytes = 64 << 10; /* set at load time: tracer.Config.WakeupBytes */
 

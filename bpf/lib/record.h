@@ -12,7 +12,7 @@
 
 #include "maps.h"
 
-#define BERM_REC_SIZE 16384 /* > the largest fixed part + BERM_PATH_MAX + BERM_ARGS_MAX */
+#define BERM_REC_SIZE 32768 /* > the largest fixed part + 4 * BERM_PATH_MAX (a syscall_path's strings) */
 #define WALK_BUF 8192       /* paths are built back to front in its upper half */
 #define WALK_STEPS 4096     /* dentries walked before a path is declared cut */
 

@@ -48,6 +48,7 @@ func cmdDoctor(args []string) int {
 	if len(r.Missing) > 0 {
 		fmt.Printf("layers refused by this kernel: %s\n", strings.Join(r.Missing, ", "))
 	}
+	fmt.Printf("paths of unlink, rename, rmdir, mkdir, mknod, truncate: %s\n", r.PathView())
 	// Each refusal: why (what can be checked, not the library's generic hint) and whether berm
 	// needs what is missing.
 	required := 0

@@ -216,6 +216,10 @@ func Describe(e *event.Event) string {
 		if e.Syscall.Path2 != "" {
 			d += " " + Safe(e.Syscall.Path2)
 		}
+		// the kernel's view (BPF LSM) named another entry than the tool's memory said
+		if e.Syscall.PathForged || e.Syscall.Path2Forged {
+			d += " (the tool's memory said " + Safe(strings.TrimSpace(e.Syscall.ToolPath+" "+e.Syscall.ToolPath2)) + ")"
+		}
 		return d + " -> " + result(e.Syscall.Result, e.Syscall.Errno)
 	case e.Denial != nil:
 		d := fmt.Sprintf("%s denied %s (rule %s, surface %s)", Safe(e.Denial.Layer), Safe(e.Denial.Object), Safe(e.Denial.Rule), Safe(e.Denial.Surface))

@@ -22,7 +22,7 @@ var need = map[string]string{
 	"tracepoint":         "unused: berm attaches tp_btf",
 	"kprobe":             "unused: berm attaches no kprobe",
 	"fentry":             "unused: berm attaches no fentry program",
-	"bpf_lsm":            "optional: BPF LSM repeats the call's file rules, which Landlock enforces; a policy is degraded without it only where Landlock's ABI lacks a right (the record says which)",
+	"bpf_lsm":            "optional: BPF LSM repeats the call's file rules, which Landlock enforces; a policy is degraded without it only where Landlock's ABI lacks a right (the record says which). Its hooks also record the kernel's own path, device and inode of what unlink, rmdir, rename, mkdir, mknod, truncate and a failed exec act on: without it those paths are read from the tool's memory, and a rewrite is caught only while it is still there at the syscall's exit (" + PathViewExitReread + ")",
 	"bpf_send_signal":    "optional: ends a call's process from the kernel on a fatal rule; seccomp's kill does without",
 	"cgroup/connect4":    "required for calls with network access (spec.network): they are refused without it",
 	"cgroup/connect6":    "required for calls with network access (spec.network): they are refused without it",
@@ -41,6 +41,27 @@ var need = map[string]string{
 
 // Need says whether berm needs a feature, and what for.
 func Need(name string) string { return need[name] }
+
+// How the trail knows the objects of path syscalls (unlink, rmdir, rename, mkdir, mknod,
+// truncate, a failed exec), which a hostile tool can forge by rewriting the path's buffer
+// from another thread while the kernel uses it.
+const (
+	// PathViewKernel: BPF LSM's hooks record the kernel's own path, device and inode of the
+	// object; the record's path is the kernel's, and a tool's path naming another entry is
+	// flagged (path_forged) and alerted.
+	PathViewKernel = "the kernel's view (BPF LSM hooks: the object's own path, device and inode; path_forged)"
+	// PathViewExitReread: only the tool's memory, read at the syscall's entry and again at its
+	// exit; a rewrite undone before the exit goes unseen.
+	PathViewExitReread = "the tool's memory only, read again at the syscall's exit (path_changed)"
+)
+
+// PathView says which of the two this kernel gives.
+func (r *Report) PathView() string {
+	if r.Has("bpf_lsm") {
+		return PathViewKernel
+	}
+	return PathViewExitReread
+}
 
 // Cause says why the kernel refused a feature, from what can be checked (the kernel's build
 // configuration, its lockdown, its active LSMs, its mounts), in place of the library's

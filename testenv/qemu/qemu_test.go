@@ -83,7 +83,7 @@ func TestLSMInVM(t *testing.T) {
 	if !strings.Contains(res.Kernel, "bpf") {
 		t.Errorf("BPF LSM is not active in the VM: %s", res.Kernel)
 	}
-	if err := res.Check("TestVMEnforce", "TestVMAudit", "TestNewOnThisKernel"); err != nil {
+	if err := res.Check("TestVMEnforce", "TestVMAudit", "TestVMKernelViewOfForgedPaths", "TestNewOnThisKernel"); err != nil {
 		t.Errorf("agent/lsm in the VM: %v", err)
 	}
 }

@@ -16,10 +16,11 @@ import (
 const Cmdline = "console=ttyS0 lsm=lockdown,capability,landlock,yama,bpf panic=-1 quiet loglevel=3"
 
 // Boot runs the VM until it powers off and returns its serial console output (CRLF turned
-// into LF). TCG only: this machine's /dev/kvm cannot boot stock kernels. 1 GiB, one CPU.
+// into LF). TCG only: this machine's /dev/kvm cannot boot stock kernels. 1 GiB, two CPUs: a
+// thread racing a syscall's path (agent/lsm's TestVMKernelViewOfForgedPaths) needs its own.
 func Boot(ctx context.Context, kernel, initrd string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
-		"-M", "q35", "-accel", "tcg", "-m", "1G", "-smp", "1",
+		"-M", "q35", "-accel", "tcg", "-m", "1G", "-smp", "2",
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-kernel", kernel, "-initrd", initrd, "-append", Cmdline)
 	var out bytes.Buffer
