@@ -253,6 +253,11 @@ func (c *idleConn) CloseWrite() error {
 	return nil
 }
 
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
+
 // linger ends a connection the egress is done with politely: its side closed for writing, and
 // what the tool still sends read (and dropped) for a moment, so that the refusal it was
 // written is read before the connection is reset for unread data.
@@ -262,11 +267,6 @@ func linger(conn net.Conn) {
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
 	_, _ = io.Copy(io.Discard, io.LimitReader(conn, maxDrain))
-}
-
-func (c *idleConn) Write(p []byte) (int, error) {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
-	return c.Conn.Write(p)
 }
 
 // handle serves one connection the kernel moved here: where it was going comes from the
