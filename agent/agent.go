@@ -83,7 +83,8 @@ type Agent struct {
 	dnsErr error // why there is no resolver: calls whose policies name domains are refused
 	// injectRoots verify injected credentials' servers (nil: the host's roots)
 	injectRoots *x509.CertPool
-	injectErr   error    // the roots named could not be read: injected credentials are refused
+	injectErr   error // the roots named could not be read: injected credentials are refused
+	injectM     *inject.Metrics
 	lsm         *lsm.LSM // nil: the kernel refused BPF LSM (reported, not fatal: Landlock enforces)
 	layers      []string
 	rd          *ringbuf.Reader
@@ -171,6 +172,7 @@ func New(cfg Config) (a *Agent, err error) {
 			a.log.Warn("dns resolver unavailable: calls whose policies name domains will be refused", "err", a.dnsErr)
 		}
 	}
+	a.injectM = inject.NewMetrics(cfg.Registry)
 	a.injectRoots = cfg.InjectRoots
 	if a.injectRoots == nil {
 		if a.injectRoots, a.injectErr = LoadInjectRoots(os.Getenv(InjectRootsEnv)); a.injectErr != nil {

@@ -58,7 +58,7 @@ func (a *Agent) Inject(c *Call, creds []inject.Credential, life time.Duration) (
 		return nil, errors.New("injected credentials need the call's resolver and its credential hosts' domain rules: refusing (fail closed)")
 	}
 	ic, err := inject.Start(inject.Config{CallKey: c.Start.CallKey, CallID: c.Start.CallID, Tenant: c.Start.Tenant, CgroupID: c.cgroup,
-		Creds: creds, Orig: c.net.InjectOrig, Emit: func(ev event.Event) { a.Emit(c, ev) }, Roots: a.injectRoots, Life: life, Log: a.log})
+		Creds: creds, Orig: c.net.InjectOrig, Emit: func(ev event.Event) { a.Emit(c, ev) }, Roots: a.injectRoots, Life: life, Log: a.log, Metrics: a.injectM})
 	if err != nil {
 		return nil, err
 	}

@@ -62,6 +62,12 @@ type Config struct {
 	// Life bounds the call's CA (its wall time).
 	Life time.Duration
 	Log  *slog.Logger
+	// Metrics are the node's egress counters (nil: none).
+	Metrics *Metrics
+	// MaxConns, HeadWait and IdleWait bound what the call holds of the egress (zero: the
+	// package's MaxConns, HeadWait, IdleWait).
+	MaxConns           int
+	HeadWait, IdleWait time.Duration
 }
 
 // Call is one call's injecting egress: a listener on both loopbacks on one port.
@@ -77,6 +83,7 @@ type Call struct {
 	closed bool
 	wg     sync.WaitGroup
 	seen   map[string]bool // alerts raised, once per credential, place and host
+	capped uint64          // connections closed at once: the call held MaxConns
 }
 
 type origKey struct{}
@@ -88,6 +95,15 @@ func Start(cfg Config) (*Call, error) {
 	}
 	if cfg.Life <= 0 {
 		cfg.Life = 24 * time.Hour
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = MaxConns
+	}
+	if cfg.HeadWait <= 0 {
+		cfg.HeadWait = HeadWait
+	}
+	if cfg.IdleWait <= 0 {
+		cfg.IdleWait = IdleWait
 	}
 	a, err := newCA(cfg.CallKey, cfg.Life+time.Hour)
 	if err != nil {
@@ -157,29 +173,59 @@ func (c *Call) Close() error {
 	for conn := range c.conns {
 		conn.Close()
 	}
+	capped := c.capped
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.up.CloseIdleConnections()
 	c.ca.revoke()
+	if capped > 0 {
+		c.alert("inject-connection-cap", "medium", fmt.Sprintf("call %s (id %s, tenant %s): %d connections to its injecting egress closed at once in all: it held its cap of %d open", c.cfg.CallKey, c.cfg.CallID, c.cfg.Tenant, capped, c.cfg.MaxConns))
+	}
 	return nil
 }
 
+// serve accepts the call's connections, at most MaxConns open at once: past it a connection
+// is closed at once (reset), counted, and alerted once. An accept that fails (no file
+// descriptor left) is retried after a pause: the listener stays.
 func (c *Call) serve(ln net.Listener) {
 	defer c.wg.Done()
+	var pause time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			c.cfg.Log.Warn("injecting egress: accept", "call_id", c.cfg.CallID, "err", err)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			conn.Close()
 			return
 		}
+		if len(c.conns) >= c.cfg.MaxConns {
+			c.capped++
+			first := c.capped == 1
+			c.mu.Unlock()
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			conn.Close()
+			c.cfg.Metrics.overCap()
+			if first {
+				c.alert("inject-connection-cap", "medium", fmt.Sprintf("call %s (id %s, tenant %s) holds %d connections open to its injecting egress, its cap: more are closed at once", c.cfg.CallKey, c.cfg.CallID, c.cfg.Tenant, c.cfg.MaxConns))
+			}
+			continue
+		}
 		c.conns[conn] = true
 		c.wg.Add(1)
 		c.mu.Unlock()
+		c.cfg.Metrics.opened(1)
 		go func() {
 			defer c.wg.Done()
 			defer func() {
@@ -187,10 +233,40 @@ func (c *Call) serve(ln net.Listener) {
 				delete(c.conns, conn)
 				c.mu.Unlock()
 				conn.Close()
+				c.cfg.Metrics.opened(-1)
 			}()
-			c.handle(conn)
+			c.handle(&idleConn{Conn: conn, idle: c.cfg.IdleWait})
 		}()
 	}
+}
+
+// idleConn bounds each write to the tool (a tool that stops reading frees its slot).
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
+
+// linger ends a connection the egress is done with politely: its side closed for writing, and
+// what the tool still sends read (and dropped) for a moment, so that the refusal it was
+// written is read before the connection is reset for unread data.
+func linger(conn net.Conn) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, maxDrain))
 }
 
 // handle serves one connection the kernel moved here: where it was going comes from the
@@ -208,6 +284,7 @@ func (c *Call) handle(conn net.Conn) {
 	}
 	if err != nil {
 		// Not a connect the hooks moved for this call: nothing goes out.
+		c.cfg.Metrics.refusedBy("inject-unmoved")
 		c.alert("inject-unmoved", "high", fmt.Sprintf("a connection to call %s's injecting egress that the kernel did not move there (%s): refused", c.cfg.CallKey, err))
 		return
 	}
@@ -247,8 +324,11 @@ func (c *Call) serveTLS(conn net.Conn, orig netip.AddrPort) {
 			return c.ca.leaf(sni)
 		},
 	})
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	_ = conn.SetDeadline(time.Now().Add(c.cfg.HeadWait))
 	if err := tc.Handshake(); err != nil {
+		if isTimeout(err) {
+			c.cfg.Metrics.idleClosed()
+		}
 		if sni != "" && len(c.credsFor(sni)) == 0 {
 			c.alert("inject-foreign-host", "high", fmt.Sprintf("call %s sent TLS for %q to %s, an address of its credential hosts, on the port berm injects on: refused", c.cfg.CallKey, sni, orig))
 		}
@@ -258,20 +338,96 @@ func (c *Call) serveTLS(conn net.Conn, orig netip.AddrPort) {
 	c.serveHTTP(tc, bufio.NewReader(tc), sni, "https", orig)
 }
 
-// serveHTTP relays the connection's requests one by one (HTTP/1.1, keep-alive).
+// serveHTTP relays the connection's requests one by one (HTTP/1.1, keep-alive), each read
+// strictly (frame.go): what cannot be read one way only is refused, never relayed.
 func (c *Call) serveHTTP(conn net.Conn, br *bufio.Reader, sni, scheme string, orig netip.AddrPort) {
 	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				writeRefusal(conn, http.StatusBadRequest, "berm: not an HTTP/1.1 request: "+err.Error())
+		req, body, err := readRequest(br, conn, c.cfg.HeadWait, c.cfg.IdleWait)
+		var fe *frameError
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF):
+			return
+		case isTimeout(err):
+			c.cfg.Metrics.idleClosed()
+			return
+		case errors.Is(err, errPrior):
+			// an HTTP/2 client: a SETTINGS frame and GOAWAY (HTTP_1_1_REQUIRED) are what it reads
+			c.refuseConn(conn, sni, orig, "inject-protocol", http.StatusHTTPVersionNotSupported, err.Error())
+			_, _ = conn.Write(h2Refusal)
+			return
+		case errors.As(err, &fe):
+			rule := "inject-framing"
+			if fe.status == http.StatusHTTPVersionNotSupported {
+				rule = "inject-protocol"
 			}
+			c.refuseConn(conn, sni, orig, rule, fe.status, "ambiguous or malformed request: "+fe.why)
+			writeRefusal(conn, fe.status, "berm: "+fe.why)
+			linger(conn)
+			return
+		default:
 			return
 		}
-		if !c.relay(conn, req, sni, scheme, orig) {
+		ok := c.relay(conn, req, sni, scheme, orig)
+		if !body.finish() || !ok {
+			linger(conn)
 			return
 		}
 	}
+}
+
+// h2Refusal is HTTP/2's server preface (an empty SETTINGS frame) and a GOAWAY frame of
+// last stream 0, error HTTP_1_1_REQUIRED.
+var h2Refusal = []byte{
+	0, 0, 0, 4, 0, 0, 0, 0, 0, // SETTINGS, length 0, stream 0
+	0, 0, 8, 7, 0, 0, 0, 0, 0, // GOAWAY, length 8, stream 0
+	0, 0, 0, 0, // last stream id
+	0, 0, 0, 0xd, // HTTP_1_1_REQUIRED
+}
+
+// refuseConn records a request refused before it could be read as one: its host is the TLS
+// name, or unknown (the address the tool named).
+func (c *Call) refuseConn(conn net.Conn, sni string, orig netip.AddrPort, rule string, status int, why string) {
+	host := sni
+	if host == "" {
+		host = orig.Addr().String()
+	}
+	c.refused(c.concerned(nil, sni), &event.Credential{Host: host}, status, rule, why)
+	c.alert(rule, "high", fmt.Sprintf("call %s (id %s, tenant %s): a request to %s at %s: %s: refused", c.cfg.CallKey, c.cfg.CallID, c.cfg.Tenant, host, orig, why))
+}
+
+// concerned are the credentials a refusal is about: those whose placeholder the request
+// carries; else those naming its host; else all the call's (the kernel moved the connection
+// here for an address of one of their hosts).
+func (c *Call) concerned(req *http.Request, host string) []*Credential {
+	if req != nil {
+		if cr := c.placeholderIn(req); cr != nil {
+			return []*Credential{cr}
+		}
+	}
+	if crs := c.credsFor(host); len(crs) > 0 {
+		return crs
+	}
+	var all []*Credential
+	for i := range c.cfg.Creds {
+		all = append(all, &c.cfg.Creds[i])
+	}
+	return all
+}
+
+// refused is a refused credential event for each of creds, and the refusal counted.
+func (c *Call) refused(creds []*Credential, where *event.Credential, status int, rule, why string) {
+	c.cfg.Metrics.refusedBy(rule)
+	for _, cr := range creds {
+		ev := *where
+		ev.Name, ev.Fingerprint, ev.Action, ev.Result, ev.Status = cr.Name, cr.Fingerprint, event.CredentialRefused, why, status
+		c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // relay judges one request, puts the secret in, sends it to the server the kernel says the
@@ -280,26 +436,26 @@ func (c *Call) serveHTTP(conn net.Conn, br *bufio.Reader, sni, scheme string, or
 func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig netip.AddrPort) bool {
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(req.Host), "."))
 	where := &event.Credential{Host: host, Method: req.Method, Path: req.URL.Path}
-	refuse := func(status int, cred *Credential, rule, why string) bool {
-		if cred != nil {
-			ev := *where
-			ev.Name, ev.Fingerprint, ev.Action, ev.Result, ev.Status = cred.Name, cred.Fingerprint, event.CredentialRefused, why, status
-			c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
-		}
+	refuse := func(status int, creds []*Credential, rule, why string) bool {
+		c.refused(creds, where, status, rule, why)
 		c.alert(rule, "high", fmt.Sprintf("call %s (id %s, tenant %s): %s %s%s at %s: %s: refused", c.cfg.CallKey, c.cfg.CallID, c.cfg.Tenant, req.Method, host, req.URL.Path, orig, why))
 		writeRefusal(conn, status, "berm: "+why)
 		drain(req)
 		return false
 	}
+	concerned := c.concerned(req, host)
 	switch {
 	case req.Method == http.MethodConnect:
-		return refuse(http.StatusMethodNotAllowed, nil, "inject-connect", "CONNECT through berm's injecting egress")
+		return refuse(http.StatusMethodNotAllowed, concerned, "inject-connect", fmt.Sprintf("CONNECT %s through berm's injecting egress", req.Host))
 	case req.ProtoMajor != 1:
-		return refuse(http.StatusHTTPVersionNotSupported, nil, "inject-protocol", "only HTTP/1.x is relayed")
+		return refuse(http.StatusHTTPVersionNotSupported, concerned, "inject-protocol", "only HTTP/1.x is relayed")
+	case req.Header.Get("Upgrade") != "" || req.Header.Get("HTTP2-Settings") != "":
+		// a switched protocol (h2c, a WebSocket) would be bytes the egress cannot judge or redact
+		return refuse(http.StatusNotImplemented, concerned, "inject-upgrade", fmt.Sprintf("Upgrade %q: only HTTP/1.1 is relayed", req.Header.Get("Upgrade")))
 	case sni != "" && host != sni:
-		return refuse(http.StatusMisdirectedRequest, c.placeholderIn(req), "inject-host-mismatch", fmt.Sprintf("Host %q is not the TLS server name %q", host, sni))
+		return refuse(http.StatusMisdirectedRequest, concerned, "inject-host-mismatch", fmt.Sprintf("Host %q is not the TLS server name %q", host, sni))
 	case len(c.credsFor(host)) == 0:
-		return refuse(http.StatusForbidden, c.placeholderIn(req), "inject-foreign-host", fmt.Sprintf("host %q is none of the call's credential hosts", host))
+		return refuse(http.StatusForbidden, concerned, "inject-foreign-host", fmt.Sprintf("host %q is none of the call's credential hosts", host))
 	}
 	// The placeholder goes only in its credential's header, to its hosts: anywhere else in
 	// the request (path, query, another header, another credential's host) is a leak attempt.
@@ -307,7 +463,7 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 	for i := range c.cfg.Creds {
 		cr := &c.cfg.Creds[i]
 		if where, found := c.misplaced(req, cr, host); found {
-			return refuse(http.StatusForbidden, cr, "credential-placeholder-misplaced", fmt.Sprintf("the placeholder of credential %s in the request's %s", cr.Name, where))
+			return refuse(http.StatusForbidden, []*Credential{cr}, "credential-placeholder-misplaced", fmt.Sprintf("the placeholder of credential %s in the request's %s", cr.Name, where))
 		}
 		if !slices.Contains(cr.Hosts, host) {
 			continue
@@ -352,6 +508,16 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 		}
 		writeRefusal(conn, http.StatusBadGateway, "berm: upstream "+host+": "+err.Error())
 		return false
+	}
+	if err := decoded(resp); err != nil {
+		resp.Body.Close()
+		why := "response refused: " + err.Error()
+		for _, cr := range used {
+			ev := *where
+			ev.Name, ev.Fingerprint, ev.Action, ev.Status, ev.Result = cr.Name, cr.Fingerprint, event.CredentialInjected, http.StatusBadGateway, why
+			c.cfg.Emit(event.Event{Kind: event.KindCredential, Credential: &ev})
+		}
+		return refuse(http.StatusBadGateway, c.credsFor(host), "inject-response-encoding", why)
 	}
 	n, werr := c.respond(conn, req, resp)
 	for _, cr := range used {
