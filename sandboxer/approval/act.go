@@ -77,13 +77,21 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 	if e != 0 {
 		return e
 	}
+	mt, err := s.mountTableOf(t.proc)
+	if err != nil {
+		s.cfg.Log.Error("approval: the tool's mount table", "call", s.cfg.Call.CallID, "err", err)
+		return unix.EPERM
+	}
 	o.jailed = true
 	if err := s.jail(t.root, t.umask); err != nil {
 		s.cfg.Log.Error("approval: confine the acting thread", "call", s.cfg.Call.CallID, "err", err)
 		return unix.EPERM
 	}
 	for i, p := range paths {
-		l, e := resolve(starts[i], p, sc.follow != nil && sc.follow(i, c.flags))
+		l, e, on := resolve(mt, starts[i], p, sc.follow != nil && sc.follow(i, c.flags))
+		if on != nil {
+			return s.refuseSlow(o, &slowFS{path: p, on: on})
+		}
 		if e != 0 {
 			return e
 		}
@@ -91,8 +99,9 @@ func (s *Supervisor) prepare(o *op) unix.Errno {
 		c.locs = append(c.locs, l)
 		o.paths = append(o.paths, l.path)
 	}
-	s.rootsOnce(t.root)
+	s.rootsOnce(t.root, mt)
 	o.object, o.rule = sc.decide(s, c)
+	o.inode, o.inodeKnown = c.locs[0].inode(), true
 	if sc.action == actionLink {
 		o.action = policy.ApproveWrite // a link is asked about as a write
 	}
@@ -289,33 +298,47 @@ type loc struct {
 	name string
 	path string
 	anc  *ancestry // its identity and its ancestors', once asked for (trees.go)
+	// mt is the call's mount table when it holds a slow file system (slowfs.go): the
+	// directory and the name are on none, and nothing above them is looked at on one.
+	mt *mountTable
 }
 
 func (l loc) close() { unix.Close(l.dir) }
 
+// inode is what l names as "MAJOR:MINOR INODE" (not following a last link), "" for nothing.
+func (l loc) inode() string {
+	var st unix.Stat_t
+	if unix.Fstatat(l.dir, l.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+}
+
 // resolve opens p's directory from start (p relative) or the thread's root (p absolute), as
 // the tool would walk it: symbolic links in the directory part are followed, confined to the
 // tool's root by the thread's chroot. With follow, a symbolic link as the last name is
-// followed too (what open does), up to the kernel's 40 links.
-func resolve(start int, p string, follow bool) (loc, unix.Errno) {
+// followed too (what open does), up to the kernel's 40 links. With mt (the tool's mount
+// table holds a slow file system), the walk is the supervisor's own, and a path leading into
+// a slow file system is answered with its mount, nothing asked of it (slowfs.go).
+func resolve(mt *mountTable, start int, p string, follow bool) (loc, unix.Errno, *mount) {
 	for links := 0; ; links++ {
-		l, e := resolveOnce(start, p)
-		if e != 0 || !follow {
-			return l, e
+		l, e, on := resolveOnce(mt, start, p)
+		if e != 0 || on != nil || !follow {
+			return l, e, on
 		}
 		var st unix.Stat_t
 		if unix.Fstatat(l.dir, l.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
-			return l, 0
+			return l, 0, nil
 		}
 		if links >= 40 {
 			l.close()
-			return loc{}, unix.ELOOP
+			return loc{}, unix.ELOOP, nil
 		}
 		buf := make([]byte, unix.PathMax)
 		n, err := unix.Readlinkat(l.dir, l.name, buf)
 		if err != nil {
 			l.close()
-			return loc{}, errnoOf(err)
+			return loc{}, errnoOf(err), nil
 		}
 		// The target is relative to the link's directory: that directory stays open until
 		// the next round has resolved from it.
@@ -325,13 +348,13 @@ func resolve(start int, p string, follow bool) (loc, unix.Errno) {
 	}
 }
 
-func resolveOnce(start int, p string) (loc, unix.Errno) {
+func resolveOnce(mt *mountTable, start int, p string) (loc, unix.Errno, *mount) {
 	if p == "" {
-		return loc{}, unix.ENOENT
+		return loc{}, unix.ENOENT, nil
 	}
 	trimmed := strings.TrimRight(p, "/")
 	if trimmed == "" {
-		return loc{}, unix.EBUSY // the root itself
+		return loc{}, unix.EBUSY, nil // the root itself
 	}
 	dirPart, name := ".", trimmed
 	if i := strings.LastIndexByte(trimmed, '/'); i >= 0 {
@@ -346,23 +369,40 @@ func resolveOnce(start int, p string) (loc, unix.Errno) {
 	if strings.HasPrefix(dirPart, "/") {
 		start = unix.AT_FDCWD // absolute: the thread's root (its cwd is not used)
 	}
-	fd, err := unix.Openat2(start, dirPart, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
-	if err != nil {
-		return loc{}, errnoOf(err)
+	var fd int
+	if mt != nil {
+		var e unix.Errno
+		var on *mount
+		if fd, e, on = mt.walkDir(start, dirPart); e != 0 || on != nil {
+			return loc{}, e, on
+		}
+		if name != "." {
+			// The name itself may be a slow file system's mount point (its root).
+			if on, err := mt.slowAt(fd, name); on != nil || err != nil && err != unix.ENOENT {
+				unix.Close(fd)
+				return loc{}, errnoOf(err), on
+			}
+		}
+	} else {
+		var err error
+		fd, err = unix.Openat2(start, dirPart, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS})
+		if err != nil {
+			return loc{}, errnoOf(err), nil
+		}
 	}
 	if err := unix.Fchdir(fd); err != nil {
 		unix.Close(fd)
-		return loc{}, errnoOf(err)
+		return loc{}, errnoOf(err), nil
 	}
 	buf := make([]byte, unix.PathMax)
 	n, err := unix.Getcwd(buf)
 	if err != nil || n < 2 || buf[0] != '/' {
 		unix.Close(fd)
-		return loc{}, unix.ENOENT // not under the call's root
+		return loc{}, unix.ENOENT, nil // not under the call's root
 	}
 	dirPath := string(buf[:n-1])
 	full := path.Join(dirPath, name)
-	return loc{dir: fd, name: name, path: full}, 0
+	return loc{dir: fd, name: name, path: full, mt: mt}, 0, nil
 }
 
 // openBeneath opens the one name in l's directory with the tool's flags, refusing a symbolic

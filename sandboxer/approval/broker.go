@@ -70,6 +70,11 @@ type Request struct {
 	// lookup, when set, is the object as the tool named it, for the broker's own look-up of
 	// its inode: Object may be redacted (the policy's patterns), lookup never leaves berm.
 	lookup string
+	// inode, when inodeKnown, is Inode as the supervisor took it from the directory it
+	// resolved (no second walk of the object's path, which could lead somewhere else since,
+	// into a file system that never answers).
+	inode      string
+	inodeKnown bool
 
 	done chan Decision
 }
@@ -183,7 +188,9 @@ func (b *Broker) AskWith(r *Request, timeout time.Duration, abandon <-chan struc
 	// What leaves berm from here (the log, the webhook, the API, the prompt, the trail) is
 	// the request with every live secret redacted and every field escaped.
 	leaks := b.redact(r)
-	if len(leaks) == 0 {
+	if len(leaks) == 0 && r.inodeKnown {
+		r.Inode = r.inode
+	} else if len(leaks) == 0 {
 		// On a goroutine of its own: the supervisor calls this from a thread confined as the
 		// tool (its root, ids and Landlock domain), which could not look at the tool's root.
 		ino := make(chan string, 1)

@@ -83,6 +83,10 @@ type Supervisor struct {
 	roots map[*policy.ApprovalRule]treeRoot
 	// rootsMissing counts the path rules whose root did not exist yet at the last look.
 	rootsMissing int
+	// mounts is the tool's mount table when it holds a slow file system (slowfs.go), read at
+	// the call's first held path syscall (mountsRead).
+	mounts     *mountTable
+	mountsRead bool
 	// searches are threads whose gated exec was just denied, by thread id: their shell's
 	// PATH search is the same action (pathsearch.go).
 	searches map[uint32]*pathSearch
@@ -228,6 +232,10 @@ type op struct {
 	jailed  bool     // the thread took the tool's root, ids and domain (or tried to): never reused
 	exec    *execTry // a gated program's exec: what it is, for a PATH search (pathsearch.go)
 	absent  bool     // an exec of no file (ENOENT): a PATH search's miss, nothing runs
+	// inode is the object's device and inode (a path syscall's first path, not following
+	// a last link; "" for none yet), taken from its resolved directory (inodeKnown).
+	inode      string
+	inodeKnown bool
 }
 
 func (o *op) close() {
@@ -351,7 +359,8 @@ func (s *Supervisor) gated(o *op) {
 		return
 	}
 	req := &Request{CallID: s.cfg.Call.CallID, Tenant: s.cfg.Call.Tenant, Tool: s.cfg.Call.Tool, Action: o.action,
-		Syscall: o.name, Object: s.redact(o, o.object), Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID, lookup: o.object}
+		Syscall: o.name, Object: s.redact(o, o.object), Rule: r.Name, Approvers: r.Approvers, PID: o.n.PID, lookup: o.object,
+		inode: o.inode, inodeKnown: o.inodeKnown}
 	req.OnRefused = func(d Decision, claimed string) {
 		a := base
 		a.ID, a.Outcome, a.By, a.Channel, a.Reason, a.LatencyNs = req.ID, d.Outcome, d.By, d.Channel, d.Reason, int64(d.Latency)

@@ -40,7 +40,10 @@ func literalRoot(g string) string {
 // learned once and kept: what a held rename moves was learned before its decision (this runs
 // first), so the tree stays gated under its new name. Its cost is one look-up per rule whose
 // root is still missing, per held path syscall.
-func (s *Supervisor) rootsOnce(root int) {
+//
+// With mt (a slow file system in the tool's mount table) a root is looked up by the
+// supervisor's own walk (slowfs.go): a root on a slow file system is matched by path only.
+func (s *Supervisor) rootsOnce(root int, mt *mountTable) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.roots == nil {
@@ -62,13 +65,30 @@ func (s *Supervisor) rootsOnce(root int) {
 			continue // the root itself: by path only
 		}
 		var st unix.Stat_t
-		if statInRoot(root, p, true, &st) != nil {
+		if statRoot(root, mt, p, &st) != nil {
 			missing++ // nothing there yet: by path only, until it is
 			continue
 		}
 		s.roots[r] = treeRoot{path: p, id: statID(&st)}
 	}
 	s.rootsMissing = missing
+}
+
+// statRoot stats absolute path p in the call's root without following a last link; with mt,
+// by the supervisor's walk, failing (EREMOTE) on a slow file system.
+func statRoot(root int, mt *mountTable, p string, st *unix.Stat_t) error {
+	if mt == nil {
+		return statInRoot(root, p, true, st)
+	}
+	l, e, on := resolveOnce(mt, unix.AT_FDCWD, p)
+	if on != nil {
+		return unix.EREMOTE
+	}
+	if e != 0 {
+		return e
+	}
+	defer l.close()
+	return unix.Fstatat(l.dir, l.name, st, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // ancestry is an object's identity and its ancestors', nearest first, with its path below
@@ -103,6 +123,11 @@ func ancestors(l loc) ancestry {
 	}
 	var prev fileID
 	for depth := 0; depth < maxAncestry; depth++ {
+		if l.mt != nil {
+			if on, err := l.mt.slowAt(fd, ""); on != nil || err != nil {
+				break // above a slow file system's mount: by path only from here
+			}
+		}
 		if unix.Fstat(fd, &st) != nil {
 			break
 		}
