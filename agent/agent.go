@@ -260,6 +260,7 @@ type Call struct {
 
 	judge  Judge
 	policy *policy.Compiled
+	redact []secrets.Pattern // CallOptions.Redact
 	net    *netguard.CallNet
 	lsm    bool
 	// The call's surfaces (surfaces.go): the kernel layers attached to it, those its policy
@@ -344,6 +345,10 @@ type CallOptions struct {
 	// DNSUpstream, for a networked call, overrides the resolver's upstream (berm run
 	// --dns-upstream).
 	DNSUpstream string `json:"dns_upstream,omitempty"`
+	// Redact are the policy's output patterns (spec.output.redact): what matches them in a
+	// string of the trail the tool chose (a path, an argument, an address) is replaced by its
+	// marker before the event is recorded, as a live brokered secret is.
+	Redact []secrets.Pattern `json:"-"`
 }
 
 // DefaultEventBudget is a call's event budget when its options name none.
@@ -376,7 +381,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe, redact: opts.Redact}
 	if c.initExe == "" {
 		c.initExe = "berm-init"
 	}
