@@ -99,6 +99,9 @@ type Agent struct {
 	slots [tracer.MaxSlots]bool
 
 	userDrops [tracer.MaxSlots]atomic.Uint64
+	// userNoise are, of userDrops, the noise records left out of a call's queue past its noise
+	// share (vital.go).
+	userNoise [tracer.MaxSlots]atomic.Uint64
 	// queued are the bytes of raw records in every call's queue (bounded: nodeBytes).
 	queued atomic.Int64
 	// consumed are the bytes of each slot's events the reader took out of the ring, told to
@@ -259,6 +262,7 @@ type Call struct {
 
 	judge  Judge
 	policy *policy.Compiled
+	redact []secrets.Pattern // CallOptions.Redact
 	net    *netguard.CallNet
 	lsm    bool
 	// The call's surfaces (surfaces.go): the kernel layers attached to it, those its policy
@@ -343,6 +347,10 @@ type CallOptions struct {
 	// DNSUpstream, for a networked call, overrides the resolver's upstream (berm run
 	// --dns-upstream).
 	DNSUpstream string `json:"dns_upstream,omitempty"`
+	// Redact are the policy's output patterns (spec.output.redact): what matches them in a
+	// string of the trail the tool chose (a path, an argument, an address) is replaced by its
+	// marker before the event is recorded, as a live brokered secret is.
+	Redact []secrets.Pattern `json:"-"`
 }
 
 // DefaultEventBudget is a call's event budget when its options name none.
@@ -375,7 +383,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe, redact: opts.Redact}
 	if c.initExe == "" {
 		c.initExe = "berm-init"
 	}
@@ -414,6 +422,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return fail(err)
 	}
 	a.userDrops[slot].Store(0)
+	a.userNoise[slot].Store(0)
 	a.consumed[slot].Store(0)
 	if err := a.tr.ResetShare(uint32(slot)); err != nil {
 		return failStarted(err)
@@ -657,10 +666,12 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	if rec.Dropped.Kernel > 0 || rec.Dropped.User > 0 || rec.Dropped.DNS > 0 {
 		d := rec.Dropped
 		a.appendLast(c, event.Event{Time: rec.End, Kind: event.KindDrop, Drop: &d})
-		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "user", d.User, "dns", d.DNS)
+		a.log.Warn("events dropped", "call_id", c.Start.CallID, "kernel", d.Kernel, "kernel_noise", d.KernelNoise,
+			"user", d.User, "user_noise", d.UserNoise, "dns", d.DNS)
 	}
 	if d := rec.Dropped; d.Kernel > 0 || d.User > 0 {
-		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full), %d in the agent", d.Kernel, d.User))
+		incomplete = append(incomplete, fmt.Sprintf("%d events lost in the kernel (ring buffer full or past a share), %d in the agent; of them %d noise (failed opens, reads, forks, exits, ...) and at most %d vital (an exec, connect, denial, destructive operation or refusal)",
+			d.Kernel, d.User, d.KernelNoise+d.UserNoise, d.Kernel-d.KernelNoise+d.User-d.UserNoise))
 	}
 	if d := rec.Dropped; d.DNS > 0 {
 		incomplete = append(incomplete, fmt.Sprintf("%d dns queries dropped by the kernel before berm's resolver read them (the call's resolver socket was full): not answered, not recorded", d.DNS))
@@ -743,9 +754,10 @@ func (a *Agent) newRecord(c *Call, res Result, fatal string, denials map[string]
 		errs = append(errs, err)
 	}
 	c.dnsMu.Lock()
-	rec.Dropped = event.Drop{Kernel: kdrops, User: a.userDrops[c.slot].Swap(0), DNS: c.dnsDropped}
+	rec.Dropped = event.Drop{Kernel: kdrops.Total(), KernelNoise: kdrops.Noise, User: a.userDrops[c.slot].Swap(0),
+		UserNoise: a.userNoise[c.slot].Swap(0), DNS: c.dnsDropped}
 	c.dnsMu.Unlock()
-	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops))
+	a.m.drops.WithLabelValues("kernel").Add(float64(kdrops.Total()))
 	return rec, errs
 }
 

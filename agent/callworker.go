@@ -124,6 +124,7 @@ func (a *Agent) route(c *Call, b *batch) {
 	if len(c.in) >= noiseBatches || c.queued.Load()+size > noiseBytes || a.queued.Load()+size > nodeNoise {
 		b, dropped = vitalOnly(b)
 		n, size = b.len(), int64(len(b.buf))
+		a.userNoise[c.slot].Add(dropped)
 	}
 	if n > 0 && c.queued.Load()+size <= inboxBytes && a.queued.Load()+size <= nodeBytes {
 		select {

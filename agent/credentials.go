@@ -11,9 +11,9 @@ import (
 // its fingerprint key: the launcher registers what it delivers, the agent scrubs the trail.
 func (a *Agent) Secrets() *secrets.Registry { return a.secrets }
 
-// scrub takes every live secret out of the event's strings before it is recorded: a tool that
-// passes a credential in an argument or a path would otherwise put it in the journal and
-// ClickHouse. It costs one atomic load while no call holds a secret; otherwise a substring
+// scrub takes every live secret, and every match of the call's redaction patterns
+// (CallOptions.Redact), out of the event's strings before it is recorded: a tool that passes a
+// credential in an argument or a path would otherwise put it in the journal and ClickHouse. It costs one atomic load while no call holds a secret; otherwise a substring
 // search per form of each live secret on the few strings an event carries, in the call's own
 // stage (never the ring reader's), bounded by the kernel's string sizes. It returns the
 // credential events and alerts the finds make: a secret of another call is an alert naming
@@ -27,19 +27,29 @@ func (a *Agent) scrub(c *Call, ev *event.Event) []event.Event {
 			where = "exec env"
 		}
 	}
-	if a.secrets.Live() && ev.Alert != nil {
+	live := a.secrets.Live()
+	if ev.Alert != nil {
 		// An alert's output quotes what the tool did (an approval retry names the object):
 		// scrubbed too, without a leak of its own (the event it quotes had it).
-		ev.Alert.Output, _ = a.secrets.Scrub(ev.Alert.Output)
+		if live {
+			ev.Alert.Output, _ = a.secrets.Scrub(ev.Alert.Output)
+		}
+		ev.Alert.Output, _ = secrets.ScrubPatterns(ev.Alert.Output, c.redact)
 	}
-	if !a.secrets.Live() || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
+	if !live && len(c.redact) == 0 || ev.Kind == event.KindCredential || ev.Kind == event.KindAlert {
 		return a.leakEvents(c, hits, where, ev)
 	}
+	// Live secrets first (a find is a credential event), then the policy's own patterns
+	// (spec.output.redact): a name the tool chose holds what the caller never sees in its
+	// output, and the trail (the journal, ClickHouse, the timeline) does not show it either.
 	s := func(w string, p *string) {
-		out, h := a.secrets.Scrub(*p)
-		if h != nil {
-			*p, hits, where = out, append(hits, h...), w
+		if live {
+			out, h := a.secrets.Scrub(*p)
+			if h != nil {
+				*p, hits, where = out, append(hits, h...), w
+			}
 		}
+		*p, _ = secrets.ScrubPatterns(*p, c.redact)
 	}
 	s("process name", &ev.Comm)
 	s("path", &ev.Exe)

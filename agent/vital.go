@@ -17,35 +17,58 @@ const (
 	nodeNoise    = nodeBytes * 3 / 4
 )
 
-// vital says whether a raw record is one an incident is made of: an exec (and the
-// environment that comes with it), a connect, a denial by any layer, a destructive operation
-// that worked (a path syscall: unlink, rename, chmod, mount, ...; an open for writing), and
-// any refusal. Reading the header and a field or two: the reader classifies every record of a
-// call whose queue is past its noise share.
+// vital says whether a raw record is one an incident is made of (vitalOp), reading the
+// header and a field or two: the reader classifies every record of a call whose queue is past
+// its noise share.
 func vital(raw []byte) bool {
 	h, ok := wire.Header(raw)
 	if !ok {
 		return false
 	}
+	var ret int64
+	var flags uint32
 	switch bpf.WireBermOp(h.Op) {
-	case bpf.WireBermOpBERM_OP_EXEC, bpf.WireBermOpBERM_OP_EXEC_ENV, bpf.WireBermOpBERM_OP_EXEC_DENY,
-		bpf.WireBermOpBERM_OP_CONNECT, bpf.WireBermOpBERM_OP_NET_DENY, bpf.WireBermOpBERM_OP_LSM_DENY:
-		return true
 	case bpf.WireBermOpBERM_OP_OPEN:
 		o, ok := wire.As[bpf.WireBermOpen](raw)
 		if !ok {
 			return false
 		}
-		if o.Ret < 0 {
-			return refused(o.Ret)
-		}
-		return o.Flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_CREAT) != 0
+		ret, flags = o.Ret, o.Flags
 	case bpf.WireBermOpBERM_OP_SYSCALL_PATH:
 		s, ok := wire.As[bpf.WireBermSyscallPath](raw)
-		return ok && (s.Sc.Ret >= 0 || refused(s.Sc.Ret))
+		if !ok {
+			return false
+		}
+		ret = s.Sc.Ret
 	case bpf.WireBermOpBERM_OP_SYSCALL:
 		s, ok := wire.As[bpf.WireBermSyscall](raw)
-		return ok && refused(s.Ret)
+		if !ok {
+			return false
+		}
+		ret = s.Ret
+	}
+	return vitalOp(h.Op, ret, flags)
+}
+
+// vitalOp is the contract's classification (berm_vital in bpf/lib/berm.h, which the kernel
+// applies at the emit site to keep the ring's last quarter for vital records): an exec (and
+// the environment that comes with it), a connect, a denial by any layer, a destructive
+// operation that worked (a path syscall: unlink, rename, chmod, mount, ...; an open for
+// writing), and any refusal. TestTheKernelAndTheAgentAgreeOnWhatIsVital runs both.
+func vitalOp(op uint16, ret int64, flags uint32) bool {
+	switch bpf.WireBermOp(op) {
+	case bpf.WireBermOpBERM_OP_EXEC, bpf.WireBermOpBERM_OP_EXEC_ENV, bpf.WireBermOpBERM_OP_EXEC_DENY,
+		bpf.WireBermOpBERM_OP_CONNECT, bpf.WireBermOpBERM_OP_NET_DENY, bpf.WireBermOpBERM_OP_LSM_DENY:
+		return true
+	case bpf.WireBermOpBERM_OP_OPEN:
+		if ret < 0 {
+			return refused(ret)
+		}
+		return flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_CREAT) != 0
+	case bpf.WireBermOpBERM_OP_SYSCALL_PATH:
+		return ret >= 0 || refused(ret)
+	case bpf.WireBermOpBERM_OP_SYSCALL:
+		return refused(ret)
 	}
 	return false
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
 	"github.com/bermsec/berm/agent/wire"
 	"github.com/bermsec/berm/bpf"
+	"github.com/bermsec/berm/testenv/testutil"
 )
 
 // record is a raw record of op, its result ret where the op has one.
@@ -166,4 +168,46 @@ func TestEndDrainsWhileTheWorkerAdvances(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The kernel keeps the ring's last quarter for vital records, classified at the emit site by
+// the contract's berm_vital (bpf/lib/berm.h); the agent's queue keeps a share for them by
+// vitalOp. The two are one classification: every op (and one past the last), every class of
+// result and every open flag that matters, run through the kernel's (the contract object's
+// berm_vital_of, by BPF_PROG_TEST_RUN) and the agent's, give the same answer.
+func TestTheKernelAndTheAgentAgreeOnWhatIsVital(t *testing.T) {
+	testutil.RequireRoot(t, "loads the contract's classification into the kernel")
+	spec, err := bpf.LoadWire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ebpf.NewProgram(spec.Programs[bpf.WireProgBermVitalOf])
+	if err != nil {
+		t.Fatalf("load berm_vital_of: %v", err)
+	}
+	defer prog.Close()
+	rets := []int64{0, 3, 1 << 40, -int64(unix.EPERM), -int64(unix.EACCES), -int64(unix.ENOENT), -int64(unix.ELOOP),
+		-int64(unix.EINPROGRESS), -int64(unix.ENAMETOOLONG), -int64(unix.EEXIST), -1 << 63}
+	flags := []uint32{0, unix.O_WRONLY, unix.O_RDWR, unix.O_CREAT, unix.O_TRUNC, unix.O_APPEND, unix.O_EXCL,
+		unix.O_DIRECTORY | unix.O_CLOEXEC, unix.O_PATH, unix.O_NOFOLLOW | unix.O_NONBLOCK, unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC}
+	var vitals, all int
+	for op := uint16(0); op <= uint16(bpf.WireBermOpBERM_OP_EXEC_DENY)+1; op++ {
+		for _, ret := range rets {
+			for _, fl := range flags {
+				args := bpf.WireBermVitalArgs{Ret: ret, Op: uint32(op), Flags: fl}
+				got, err := prog.Run(&ebpf.RunOptions{Context: args})
+				if err != nil {
+					t.Fatalf("run berm_vital_of: %v", err)
+				}
+				all++
+				if vitalOp(op, ret, fl) {
+					vitals++
+				}
+				if kernel, agent := got != 0, vitalOp(op, ret, fl); kernel != agent {
+					t.Errorf("op %d, result %d, flags %#o: the kernel says vital %v, the agent %v", op, ret, fl, kernel, agent)
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d classes of record vital", vitals, all)
 }

@@ -3,13 +3,24 @@
 
 /* Copyright berm authors. */
 /*
- * The wire contract (lib/berm.h) as one object with no programs: bpf2go generates the Go
- * mirror of each contract type once, from here (bpf.WireBerm*), and the objects that run are
- * generated without types of their own (-no-global-types), so every loader and decoder shares
- * the one Go type per C type.
+ * The wire contract (lib/berm.h) as one object: bpf2go generates the Go mirror of each
+ * contract type once, from here (bpf.WireBerm*), and the objects that run are generated
+ * without types of their own (-no-global-types), so every loader and decoder shares the one Go
+ * type per C type. Its one program, berm_vital_of, is the contract's classification of records
+ * (berm_vital) as the kernel runs it: agent/vital_test.go runs it (BPF_PROG_TEST_RUN) beside
+ * the agent's and checks they agree. Nothing attaches it.
  */
 #include "include/vmlinux.h"
+#include <bpf/bpf_helpers.h>
 #include "lib/berm.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+SEC("syscall")
+int berm_vital_of(struct berm_vital_args *a)
+{
+	return berm_vital(a->op, a->ret, a->flags);
+}
 
 /* Referenced so that the types are in this object's BTF. */
 const enum berm_op *unused_op __attribute__((unused));
@@ -54,3 +65,5 @@ const struct berm_xg_allow_key *unused_xg_allow_key __attribute__((unused));
 const struct berm_xg_allow *unused_xg_allow __attribute__((unused));
 const enum berm_xg_reason *unused_xg_reason __attribute__((unused));
 const struct berm_exec_deny *unused_exec_deny __attribute__((unused));
+const struct berm_vital_args *unused_vital_args __attribute__((unused));
+const struct berm_drops *unused_drops __attribute__((unused));

@@ -97,6 +97,12 @@ type WireBermDnsPinRule struct {
 	Pad       [7]uint8
 }
 
+type WireBermDrops struct {
+	_     structs.HostLayout
+	Vital uint64
+	Noise uint64
+}
+
 type WireBermExec struct {
 	_        structs.HostLayout
 	Hdr      WireBermHdr
@@ -344,6 +350,13 @@ type WireBermSyscounts struct {
 	N [512]uint64
 }
 
+type WireBermVitalArgs struct {
+	_     structs.HostLayout
+	Ret   int64
+	Op    uint32
+	Flags uint32
+}
+
 type WireBermXgAllow struct {
 	_    structs.HostLayout
 	Ino  uint64
@@ -380,6 +393,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	WireProgBermVitalOf      = "berm_vital_of"
 	WireVarUnusedAggcounts   = "unused_aggcounts"
 	WireVarUnusedAggmask     = "unused_aggmask"
 	WireVarUnusedCallCfg     = "unused_call_cfg"
@@ -390,6 +404,7 @@ const (
 	WireVarUnusedDnsPin      = "unused_dns_pin"
 	WireVarUnusedDnsPinKey   = "unused_dns_pin_key"
 	WireVarUnusedDnsPinRule  = "unused_dns_pin_rule"
+	WireVarUnusedDrops       = "unused_drops"
 	WireVarUnusedExec        = "unused_exec"
 	WireVarUnusedExecDeny    = "unused_exec_deny"
 	WireVarUnusedExecEnv     = "unused_exec_env"
@@ -418,6 +433,7 @@ const (
 	WireVarUnusedSyscall     = "unused_syscall"
 	WireVarUnusedSyscallPath = "unused_syscall_path"
 	WireVarUnusedSyscounts   = "unused_syscounts"
+	WireVarUnusedVitalArgs   = "unused_vital_args"
 	WireVarUnusedXgAllow     = "unused_xg_allow"
 	WireVarUnusedXgAllowKey  = "unused_xg_allow_key"
 	WireVarUnusedXgGateKey   = "unused_xg_gate_key"
@@ -466,6 +482,7 @@ type WireSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type WireProgramSpecs struct {
+	BermVitalOf *ebpf.ProgramSpec `ebpf:"berm_vital_of"`
 }
 
 // WireMapSpecs contains maps before they are loaded into the kernel.
@@ -488,6 +505,7 @@ type WireVariableSpecs struct {
 	UnusedDnsPin      *ebpf.VariableSpec `ebpf:"unused_dns_pin"`
 	UnusedDnsPinKey   *ebpf.VariableSpec `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.VariableSpec `ebpf:"unused_dns_pin_rule"`
+	UnusedDrops       *ebpf.VariableSpec `ebpf:"unused_drops"`
 	UnusedExec        *ebpf.VariableSpec `ebpf:"unused_exec"`
 	UnusedExecDeny    *ebpf.VariableSpec `ebpf:"unused_exec_deny"`
 	UnusedExecEnv     *ebpf.VariableSpec `ebpf:"unused_exec_env"`
@@ -516,6 +534,7 @@ type WireVariableSpecs struct {
 	UnusedSyscall     *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.VariableSpec `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.VariableSpec `ebpf:"unused_syscounts"`
+	UnusedVitalArgs   *ebpf.VariableSpec `ebpf:"unused_vital_args"`
 	UnusedXgAllow     *ebpf.VariableSpec `ebpf:"unused_xg_allow"`
 	UnusedXgAllowKey  *ebpf.VariableSpec `ebpf:"unused_xg_allow_key"`
 	UnusedXgGateKey   *ebpf.VariableSpec `ebpf:"unused_xg_gate_key"`
@@ -562,6 +581,7 @@ type WireVariables struct {
 	UnusedDnsPin      *ebpf.Variable `ebpf:"unused_dns_pin"`
 	UnusedDnsPinKey   *ebpf.Variable `ebpf:"unused_dns_pin_key"`
 	UnusedDnsPinRule  *ebpf.Variable `ebpf:"unused_dns_pin_rule"`
+	UnusedDrops       *ebpf.Variable `ebpf:"unused_drops"`
 	UnusedExec        *ebpf.Variable `ebpf:"unused_exec"`
 	UnusedExecDeny    *ebpf.Variable `ebpf:"unused_exec_deny"`
 	UnusedExecEnv     *ebpf.Variable `ebpf:"unused_exec_env"`
@@ -590,6 +610,7 @@ type WireVariables struct {
 	UnusedSyscall     *ebpf.Variable `ebpf:"unused_syscall"`
 	UnusedSyscallPath *ebpf.Variable `ebpf:"unused_syscall_path"`
 	UnusedSyscounts   *ebpf.Variable `ebpf:"unused_syscounts"`
+	UnusedVitalArgs   *ebpf.Variable `ebpf:"unused_vital_args"`
 	UnusedXgAllow     *ebpf.Variable `ebpf:"unused_xg_allow"`
 	UnusedXgAllowKey  *ebpf.Variable `ebpf:"unused_xg_allow_key"`
 	UnusedXgGateKey   *ebpf.Variable `ebpf:"unused_xg_gate_key"`
@@ -600,10 +621,13 @@ type WireVariables struct {
 //
 // It can be passed to LoadWireObjects or ebpf.CollectionSpec.LoadAndAssign.
 type WirePrograms struct {
+	BermVitalOf *ebpf.Program `ebpf:"berm_vital_of"`
 }
 
 func (p *WirePrograms) Close() error {
-	return _WireClose()
+	return _WireClose(
+		p.BermVitalOf,
+	)
 }
 
 func _WireClose(closers ...io.Closer) error {

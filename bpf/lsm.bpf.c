@@ -211,7 +211,7 @@ static __always_inline int judge(struct vfsmount *mnt, struct dentry *d, __u32 n
 		return 0;
 
 	int audit = cfg->flags & BERM_CALL_AUDIT;
-	struct berm_lsm_deny *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_lsm_deny *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_LSM_DENY, 0, 0));
 	if (e) {
 		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_LSM_DENY, sizeof(*e), (struct task_struct *)bpf_get_current_task());
 		e->rule = r.rule;

@@ -132,7 +132,7 @@ static __always_inline int unowned_verdict(void)
 static __always_inline void emit_deny(struct berm_call_cfg *cfg, __u64 cgid, __u32 rule, __u32 audit,
 				      __u32 nr, __u16 family, __u16 port, __u32 proto, const __u8 *addr)
 {
-	struct berm_net_deny *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_net_deny *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_NET_DENY, 0, 0));
 	if (!e)
 		return;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_NET_DENY, sizeof(*e), bpf_get_current_task_btf());

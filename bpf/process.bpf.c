@@ -101,7 +101,7 @@ int BPF_PROG(berm_sched_exec, struct task_struct *p, pid_t old_pid, struct linux
 
 	off &= BERM_REC_SIZE - 1;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC, off, p);
-	berm_output(cfg, r, off);
+	berm_output(cfg, r, off, berm_vital(BERM_OP_EXEC, 0, 0));
 	return 0;
 }
 
@@ -122,7 +122,7 @@ int BPF_PROG(berm_sched_fork, struct task_struct *parent, struct task_struct *ch
 	if (!cfg)
 		return 0;
 
-	struct berm_fork *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_fork *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_FORK, 0, 0));
 	if (!e)
 		return 0;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_FORK, sizeof(*e), parent);
@@ -149,7 +149,7 @@ int BPF_PROG(berm_sched_exit, struct task_struct *p)
 	if (!cfg)
 		return 0;
 
-	struct berm_exit *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_exit *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_EXIT, 0, 0));
 	if (!e)
 		return 0;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXIT, sizeof(*e), p);

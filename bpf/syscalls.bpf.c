@@ -451,7 +451,7 @@ static __noinline int emit_open(struct berm_call_cfg *cfg, __u64 cgid, struct pt
 	}
 	off &= BERM_REC_SIZE - 1;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_OPEN, off, task);
-	berm_output(cfg, r, off);
+	berm_output(cfg, r, off, berm_vital(BERM_OP_OPEN, ret, e->flags));
 	return 0;
 }
 
@@ -508,7 +508,7 @@ static __noinline int emit_connect(struct berm_call_cfg *cfg, __u64 cgid, long r
 	}
 	if (k)
 		bpf_map_delete_elem(&berm_connect_addr, &tid);
-	berm_output(cfg, r, sizeof(*e));
+	berm_output(cfg, r, sizeof(*e), berm_vital(BERM_OP_CONNECT, ret, 0));
 	return 0;
 }
 
@@ -608,7 +608,7 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	if (path_arg(nr) < 0 && fd_arg(nr, regs->si) < 0) {
 		if (ret != -1 /* EPERM: a refusal is always an event */ && counted_only(cfg, nr, ret))
 			return 0;
-		struct berm_syscall *e = berm_reserve(cfg, sizeof(*e));
+		struct berm_syscall *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_SYSCALL, ret, 0));
 		if (!e)
 			return 0;
 		berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_SYSCALL, sizeof(*e), task);
@@ -660,7 +660,7 @@ static __noinline int emit_syscall(struct berm_call_cfg *cfg, __u64 cgid, struct
 	}
 	off &= BERM_REC_SIZE - 1;
 	berm_fill_hdr(&e->sc.hdr, cfg, cgid, BERM_OP_SYSCALL_PATH, off, task);
-	berm_output(cfg, r, off);
+	berm_output(cfg, r, off, berm_vital(BERM_OP_SYSCALL_PATH, ret, 0));
 	return 0;
 }
 

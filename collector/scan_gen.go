@@ -389,6 +389,14 @@ func (sc *scanner) drop(x *event.Drop) {
 	x.Kernel = sc.uint64()
 	sc.need(`,"user":`)
 	x.User = sc.uint64()
+	if sc.has(`,"kernel_noise":`) {
+		x.KernelNoise = sc.uint64()
+		sc.check(x.KernelNoise != 0)
+	}
+	if sc.has(`,"user_noise":`) {
+		x.UserNoise = sc.uint64()
+		sc.check(x.UserNoise != 0)
+	}
 	if sc.has(`,"dns":`) {
 		x.DNS = sc.uint64()
 		sc.check(x.DNS != 0)

@@ -348,7 +348,7 @@ func (l *launch) begin(rec Recorder, start event.CallStart, sb *sandbox, held *d
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: initPID, InitExe: initExe(l.spec.Init), StageExe: sandboxinit.StageBinary,
-		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream,
+		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream, Redact: env.redact,
 	})
 	if err != nil {
 		l.revokeCredentials()

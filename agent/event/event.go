@@ -261,8 +261,16 @@ type Alert struct {
 
 // Drop reports events of the call that were lost, and where.
 type Drop struct {
-	Kernel uint64 `json:"kernel"` // ring buffer was full
+	Kernel uint64 `json:"kernel"` // lost in the kernel: the ring buffer was full, or past a share
 	User   uint64 `json:"user"`   // the agent's queue was full
+	// KernelNoise are, of Kernel, noise records (failed opens of files not there, reads, forks,
+	// exits, path-less syscalls that worked) the kernel dropped to keep the ring's last quarter
+	// for vital ones (an exec, a connect, a denial, a destructive operation that worked, a
+	// refusal); Kernel - KernelNoise vital records were lost.
+	KernelNoise uint64 `json:"kernel_noise,omitempty"`
+	// UserNoise are, of User, noise records the agent left out of the call's queue past its
+	// noise share; User - UserNoise vital records were lost.
+	UserNoise uint64 `json:"user_noise,omitempty"`
 	// DNS are queries the call sent its resolver that the kernel dropped before the resolver
 	// read them (the call's resolver socket's buffer was full): never answered, never recorded.
 	DNS uint64 `json:"dns,omitempty"`

@@ -213,8 +213,8 @@ func TestVMKernelViewOfForgedPaths(t *testing.T) {
 			t.Errorf("round %d: %d unlinks worked, %d in the trail", round, n, len(unlinks))
 		}
 	}
-	if n, err := tr.TakeDrops(slot); err != nil || n != 0 {
-		t.Errorf("events lost in the kernel: %d (%v)", n, err)
+	if n, err := tr.TakeDrops(slot); err != nil || n.Total() != 0 {
+		t.Errorf("events lost in the kernel: %+v (%v)", n, err)
 	}
 	if forged == 0 {
 		t.Errorf("in %d unlinks of precious (%d in the trail), the tool's memory never said another name: the race was never run, the test shows nothing", removed, worked)

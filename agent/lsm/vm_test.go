@@ -155,8 +155,8 @@ func runVM(t *testing.T, audit bool) {
 		t.Logf("denial: rule %d audit %d pid %d comm %s path %s", d.Rule, d.Audit, d.Hdr.Pid,
 			cstring(d.Hdr.Comm[:]), path)
 	}
-	if n, err := tr.TakeDrops(7); err != nil || n != 0 {
-		t.Errorf("events lost in the kernel: %d (%v)", n, err)
+	if n, err := tr.TakeDrops(7); err != nil || n.Total() != 0 {
+		t.Errorf("events lost in the kernel: %+v (%v)", n, err)
 	}
 
 	for _, o := range ops {

@@ -417,8 +417,8 @@ func TestEnforce(t *testing.T) {
 		t.Errorf("allowed UDP socket received %d datagrams, want 1", n)
 	}
 	checkDenials(t, c.waitDenials(len(w.wantDenials())), w.wantDenials(), pid, 0)
-	if drops, err := c.tr.TakeDrops(7); err != nil || drops != 0 {
-		t.Errorf("drops = %d, %v", drops, err)
+	if drops, err := c.tr.TakeDrops(7); err != nil || drops.Total() != 0 {
+		t.Errorf("drops = %+v, %v", drops, err)
 	}
 }
 

@@ -368,24 +368,32 @@ func (t *Tracer) TakeSyscallCounts(slot uint32) (map[uint32]uint64, error) {
 	return counts, nil
 }
 
-// TakeDrops returns the number of events of slot lost in the kernel and zeroes it.
-func (t *Tracer) TakeDrops(slot uint32) (uint64, error) {
+// Drops are a call's records lost in the kernel: Vital ones, and Noise dropped to keep the
+// ring's last quarter for vital records (or lost to a full ring) (struct berm_drops).
+type Drops struct{ Vital, Noise uint64 }
+
+// Total is every record lost.
+func (d Drops) Total() uint64 { return d.Vital + d.Noise }
+
+// TakeDrops returns the records of slot lost in the kernel and zeroes the count.
+func (t *Tracer) TakeDrops(slot uint32) (Drops, error) {
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
-		return 0, fmt.Errorf("possible cpus: %w", err)
+		return Drops{}, fmt.Errorf("possible cpus: %w", err)
 	}
-	per := make([]uint64, ncpu)
+	per := make([]bpf.WireBermDrops, ncpu)
 	if err := t.proc.BermDrops.Lookup(slot, &per); err != nil {
-		return 0, fmt.Errorf("read drops of slot %d: %w", slot, err)
+		return Drops{}, fmt.Errorf("read drops of slot %d: %w", slot, err)
 	}
-	var sum uint64
+	var sum Drops
 	for _, v := range per {
-		sum += v
+		sum.Vital += v.Vital
+		sum.Noise += v.Noise
 	}
-	if sum > 0 {
+	if sum.Total() > 0 {
 		clear(per)
 		if err := t.proc.BermDrops.Update(slot, per, ebpf.UpdateExist); err != nil {
-			return 0, fmt.Errorf("reset drops of slot %d: %w", slot, err)
+			return Drops{}, fmt.Errorf("reset drops of slot %d: %w", slot, err)
 		}
 	}
 	return sum, nil

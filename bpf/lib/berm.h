@@ -32,6 +32,62 @@ enum berm_op {
 	BERM_OP_EXEC_DENY = 11, /* struct berm_exec_deny: a gated exec killed (lib/execgate.h) */
 };
 
+/*
+ * What an incident is made of. A record is vital when it is an exec (and the environment that
+ * comes with it), a connect, a denial by any layer, a destructive operation that worked (a
+ * path syscall: unlink, rename, chmod, mount, ...; an open for writing), or any refusal
+ * (EPERM, EACCES); everything else (failed opens of files not there, reads, path-less
+ * syscalls that worked, forks and exits) is noise. Noise never takes the ring's last quarter
+ * (lib/maps.h), and the agent's queue keeps a share for vital records likewise: this is the
+ * one classification, agent/vital.go applies it to a record read from the ring, and
+ * agent/vital_test.go runs both over every op, result and flag class and checks they agree.
+ */
+#define BERM_EPERM 1
+#define BERM_EACCES 13
+#define BERM_O_WRITE 01103 /* O_WRONLY | O_RDWR | O_CREAT | O_TRUNC */
+
+static __always_inline int berm_refused(__s64 ret)
+{
+	return ret == -BERM_EPERM || ret == -BERM_EACCES;
+}
+
+/* Whether a record of op, with its result ret (an open's: its flags), is vital. */
+static __always_inline int berm_vital(__u32 op, __s64 ret, __u32 flags)
+{
+	switch (op) {
+	case BERM_OP_EXEC:
+	case BERM_OP_EXEC_ENV:
+	case BERM_OP_EXEC_DENY:
+	case BERM_OP_CONNECT:
+	case BERM_OP_NET_DENY:
+	case BERM_OP_LSM_DENY:
+		return 1;
+	case BERM_OP_OPEN:
+		if (ret < 0)
+			return berm_refused(ret);
+		return (flags & BERM_O_WRITE) != 0;
+	case BERM_OP_SYSCALL_PATH:
+		return ret >= 0 || berm_refused(ret);
+	case BERM_OP_SYSCALL:
+		return berm_refused(ret);
+	}
+	return 0;
+}
+
+/* A record to classify (berm_vital_of, contract.bpf.c): the classification's test input. */
+struct berm_vital_args {
+	__s64 ret;
+	__u32 op;
+	__u32 flags;
+};
+
+/* Records of a call lost in the kernel (berm_drops, per CPU), by class: noise dropped to keep
+ * the ring's last quarter for vital records (or lost to a full ring), and vital records lost. */
+struct berm_drops {
+	__u64 vital;
+	__u64 noise;
+};
+
 /* Per-call configuration, the value of berm_calls (key: cgroup v2 id). */
 struct berm_call_cfg {
 	__u32 slot;      /* index into the per-call counter arrays */

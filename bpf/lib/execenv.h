@@ -32,7 +32,7 @@ static __always_inline void berm_exec_env_emit(struct berm_call_cfg *cfg, __u64 
 	e->env.full = full > 0xfffffffe ? BERM_LEN_UNKNOWN : full;
 	__u32 size = (sizeof(*e) + len) & (BERM_REC_SIZE - 1);
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC_ENV, size, p);
-	berm_output(cfg, r, size);
+	berm_output(cfg, r, size, berm_vital(BERM_OP_EXEC_ENV, 0, 0));
 }
 
 #endif /* BERM_EXECENV_H */

@@ -89,7 +89,7 @@ static __always_inline void berm_xg_kill(struct berm_call_cfg *cfg, __u64 cgid, 
 					 __u32 reason, __u32 dev, __u64 ino)
 {
 	bpf_send_signal(9 /* SIGKILL */);
-	struct berm_exec_deny *e = berm_reserve(cfg, sizeof(*e));
+	struct berm_exec_deny *e = berm_reserve(cfg, sizeof(*e), berm_vital(BERM_OP_EXEC_DENY, 0, 0));
 	if (!e)
 		return;
 	berm_fill_hdr(&e->hdr, cfg, cgid, BERM_OP_EXEC_DENY, sizeof(*e), p);

@@ -24,12 +24,12 @@ struct {
 	__uint(max_entries, 4 << 20);
 } berm_events SEC(".maps");
 
-/* Events lost in the kernel (ring buffer full), per call slot. */
+/* Events lost in the kernel, per call slot, vital and noise apart (struct berm_drops). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, BERM_MAX_SLOTS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct berm_drops);
 } berm_drops SEC(".maps");
 
 /*
@@ -101,8 +101,9 @@ const volatile __u64 wakeup_bytes = 64 << 10; /* set at load time: tracer.Config
 
 /*
  * Once the ring is more than half full, a call already holding this many bytes of it gets no
- * more: its events are dropped (counted against it) and the other half stays for the others.
- * One call's flood cannot take the ring from its neighbours. 0: no bound.
+ * more noise, and once it is in its last quarter no more vital records either: its events are
+ * dropped (counted against it) and the rest stays for the others. One call's flood cannot take
+ * the ring from its neighbours. 0: no bound.
  */
 const volatile __u64 ring_share = 0;
 
@@ -111,29 +112,54 @@ static __always_inline struct berm_call_cfg *berm_call_of(__u64 cgid)
 	return bpf_map_lookup_elem(&berm_calls, &cgid);
 }
 
-static __always_inline void berm_count_drop(__u32 slot)
+static __always_inline void berm_count_drop(__u32 slot, int vital)
 {
-	__u64 *n = bpf_map_lookup_elem(&berm_drops, &slot);
-	if (n)
-		*n += 1;
+	struct berm_drops *n = bpf_map_lookup_elem(&berm_drops, &slot);
+	if (!n)
+		return;
+	if (vital)
+		n->vital += 1;
+	else
+		n->noise += 1;
 }
 
-static __always_inline void *berm_reserve(struct berm_call_cfg *cfg, __u64 size)
+/*
+ * Whether the ring takes a record of the call in slot now (in: the call's reserved bytes).
+ * The ring's last quarter is vital records' (berm_vital): past three quarters of the ring
+ * unread, noise is dropped in the kernel, so a tool that floods cheap noise (failed opens,
+ * a syscall storm) to blind its trail loses its noise, and its exec, deletion or denial that
+ * follows still has room. A call past its share loses its noise once the ring is half full,
+ * its vital records only in the last quarter: its own noise cannot cost it its vital records.
+ */
+static __always_inline int berm_admit(__u32 slot, __u64 *in, int vital)
 {
-	__u32 slot = cfg->slot;
-	__u64 *in = bpf_map_lookup_elem(&berm_ring_in, &slot);
+	__u64 avail = bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA);
+	__u64 ring = bpf_ringbuf_query(&berm_events, BPF_RB_RING_SIZE);
+	__u64 noise_top = ring / 4 * 3;
+	if (!vital && avail > noise_top)
+		return 0;
 	if (ring_share && in) {
 		__u64 *out = bpf_map_lookup_elem(&berm_ring_out, &slot);
 		__s64 held = (__s64)(*in - (out ? *out : 0));
-		if (held > (__s64)ring_share &&
-		    bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&berm_events, BPF_RB_RING_SIZE) / 2) {
-			berm_count_drop(slot);
+		if (held > (__s64)ring_share && avail > (vital ? noise_top : ring / 2))
 			return 0;
-		}
+	}
+	return 1;
+}
+
+/* Room in the ring for a record of size bytes of the call, vital or not; NULL: dropped, and
+ * counted against the call by class. */
+static __always_inline void *berm_reserve(struct berm_call_cfg *cfg, __u64 size, int vital)
+{
+	__u32 slot = cfg->slot;
+	__u64 *in = bpf_map_lookup_elem(&berm_ring_in, &slot);
+	if (!berm_admit(slot, in, vital)) {
+		berm_count_drop(slot, vital);
+		return 0;
 	}
 	void *e = bpf_ringbuf_reserve(&berm_events, size, 0);
 	if (!e)
-		berm_count_drop(slot);
+		berm_count_drop(slot, vital);
 	else if (in)
 		__sync_fetch_and_add(in, size);
 	return e;

@@ -44,16 +44,27 @@ static __always_inline struct berm_rec *berm_rec_get(void)
 	return bpf_map_lookup_elem(&berm_rec_scratch, &zero);
 }
 
-/* Copy a record assembled in scratch into the ring, waking the reader as berm_submit does. */
-static __always_inline void berm_output(struct berm_call_cfg *cfg, void *data, __u64 size)
+/*
+ * Copy a record assembled in scratch into the ring, waking the reader as berm_submit does;
+ * admitted, counted in the call's share and dropped by class as berm_reserve does.
+ */
+static __always_inline void berm_output(struct berm_call_cfg *cfg, void *data, __u64 size, int vital)
 {
+	__u32 slot = cfg->slot;
+	__u64 *in = bpf_map_lookup_elem(&berm_ring_in, &slot);
+	if (!berm_admit(slot, in, vital)) {
+		berm_count_drop(slot, vital);
+		return;
+	}
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	__u64 avail = bpf_ringbuf_query(&berm_events, BPF_RB_AVAIL_DATA);
 	__u64 rec = (size + 8 + 7) & ~7ULL;
 	if (avail < wakeup_bytes && avail + rec >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	if (bpf_ringbuf_output(&berm_events, data, size, flags))
-		berm_count_drop(cfg->slot);
+		berm_count_drop(slot, vital);
+	else if (in)
+		__sync_fetch_and_add(in, size);
 }
 
 /* The struct mount around a vfsmount (container_of, with the offset relocated by CO-RE). */

@@ -118,7 +118,6 @@ for f in os.listdir("reports"):
 	if bytes.Contains(d.log.Bytes(), []byte(token)) {
 		t.Errorf("bermd's log holds the token")
 	}
-	// Not asserted: the journal as a whole. The kernel's own syscall event of the held unlink
-	// carries the path the tool passed (a trail event, not an approval field), and the
-	// policy's patterns are applied to the call's output and its approval fields only.
+	// The kernel's own syscall event of the held unlink (the path the tool passed) passes the
+	// call's patterns too: sandboxer's TestTheTrailOfAHeldUnlinkRedactsThePolicysPatterns.
 }
