@@ -189,10 +189,9 @@ func nextTarget(target, size, claims int) int {
 }
 
 func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32, tl *Timeline) (_ *sandbox, otherRoot, hurry bool) {
+	defer tl.Mark("pool claim")
 	p.mu.Lock()
 	tl.Mark("pool lock wait")
-	defer tl.Mark("pool claim")
-	defer p.mu.Unlock()
 	p.used[tenant] = time.Now()
 	if p.target[tenant] == 0 {
 		p.target[tenant] = p.Size
@@ -209,15 +208,26 @@ func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGI
 			p.retire(w.s)
 			continue
 		}
-		if alive, _ := cgroup.Populated(w.s.cg.V2); alive && time.Since(w.started) < p.MaxAge {
-			p.claims[tenant]++
-			return w.s, false, len(p.idle[tenant]) == 0 && p.target[tenant] > p.Size
+		if time.Since(w.started) >= p.MaxAge {
+			p.retire(w.s)
+			continue
+		}
+		// Whether its init still runs is a read of its cgroup, made without the pool's lock:
+		// every launch and refill of the node takes that lock.
+		p.claims[tenant]++
+		hurry := len(p.idle[tenant]) == 0 && p.target[tenant] > p.Size
+		p.mu.Unlock()
+		if alive, _ := cgroup.Populated(w.s.cg.V2); alive {
+			return w.s, false, hurry
 		}
 		p.retire(w.s)
+		p.mu.Lock()
+		p.claims[tenant]--
 	}
 	if !otherRoot {
 		p.target[tenant] = grow(p.target[tenant], p.Size, p.MaxPerTenant)
 	}
+	p.mu.Unlock()
 	return nil, otherRoot, true
 }
 
