@@ -291,6 +291,7 @@ type Call struct {
 	initPID  uint32
 	initExe  string
 	stageExe string
+	mark     func(string)
 	// toolStarted: a child of the init executed something other than the init's binary or
 	// the tool's stage (the tool). From then on, the init's children are the tool's (orphans
 	// it reaps), not set-up.
@@ -351,6 +352,16 @@ type CallOptions struct {
 	// string of the trail the tool chose (a path, an argument, an address) is replaced by its
 	// marker before the event is recorded, as a live brokered secret is.
 	Redact []secrets.Pattern `json:"-"`
+	// Mark, when set, is told the end of each of Begin's and End's phases (the launcher's
+	// per-phase times: sandboxer.Timeline).
+	Mark func(phase string) `json:"-"`
+}
+
+// markPhase tells the launcher a phase of the call's begin or end is over.
+func (c *Call) markPhase(phase string) {
+	if c.mark != nil {
+		c.mark(phase)
+	}
 }
 
 // DefaultEventBudget is a call's event budget when its options name none.
@@ -383,7 +394,7 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("begin call %s: cgroup %d is traced already", start.CallID, start.CgroupID)
 	}
-	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe, redact: opts.Redact}
+	c := &Call{Start: start, cgroup: start.CgroupID, slot: uint32(slot), denials: map[string]uint64{}, alerts: map[string]uint64{}, procs: map[uint32]string{}, judge: opts.Judge, policy: opts.Policy, cgroupDir: opts.CgroupDir, initPID: opts.InitPID, initExe: opts.InitExe, stageExe: opts.StageExe, redact: opts.Redact, mark: opts.Mark}
 	if c.initExe == "" {
 		c.initExe = "berm-init"
 	}
@@ -404,9 +415,11 @@ func (a *Agent) Begin(start event.CallStart, opts CallOptions) (*Call, error) {
 		return nil, err
 	}
 	startLeaks := a.scrubStart(c)
+	c.markPhase("registration: slot and scrub")
 	if err := a.jw.AppendCallStart(&c.Start); err != nil {
 		return fail(fmt.Errorf("begin call %s: %w", start.CallID, err))
 	}
+	c.markPhase("registration: journal call start")
 	// From here the journal holds the call's start: a failure must end it there too, or the
 	// journal would show a call that never ends.
 	failStarted := func(err error) (*Call, error) {
@@ -635,11 +648,13 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 			errs = append(errs, err)
 		}
 	}
+	c.markPhase("end: unregister")
 	if err := a.barrier(c, BarrierIdle, DrainCeiling); err != nil {
 		errs = append(errs, fmt.Errorf("end call %s: %w", c.Start.CallID, err))
 		incomplete = append(incomplete, err.Error())
 		c.abandoned.Store(true)
 	}
+	c.markPhase("end: drain barrier")
 	if !res.Populated {
 		if err := a.detachLayers(c); err != nil {
 			errs = append(errs, err)
@@ -704,10 +719,12 @@ func (a *Agent) End(c *Call, res Result) (*event.CallRecord, error) {
 	rec.IncompleteReason = strings.Join(incomplete, "; ")
 	rec.Surfaces = c.surfaces(rec, c.alerts, c.limits)
 	rec.Alerts, rec.AlertsOmitted = c.alertList, c.alertsOmitted
+	c.markPhase("end: record")
 	if err := a.jw.AppendCallEnd(rec); err != nil {
 		a.m.journalErrs.Inc()
 		errs = append(errs, err)
 	}
+	c.markPhase("end: journal call end")
 	if r := a.rules.Load(); r != nil {
 		(*r).EndCall(c.Start.CallKey)
 	}

@@ -45,7 +45,7 @@ func heldCall(t *testing.T, release bool) {
 		t.Fatal(err)
 	}
 	sb, err := startSandbox(layout, bermbin.Path(t, "berm-init"), spec.Tenant, spec.CallID,
-		cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}, env.init.NewNet, nil)
+		cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}, env.init.NewNet, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,9 @@ type Pool struct {
 	plans    map[string]*sandboxinit.RootPlan // the root of each tenant's last call
 	owners   map[string][2]uint32             // the workspace owner of each tenant's last call
 	pending  int                              // refills scheduled, not started yet
+	reaping  bool                             // a look for stale cgroups runs or waits
 	closed   bool
-	stop     chan struct{} // ends renew
+	stop     chan struct{} // ends renew and the stale look's pause
 	wg       sync.WaitGroup
 
 	// Warm and Cold count the calls launched each way.
@@ -85,8 +86,8 @@ func newPool(initPath string, size int, maxAge time.Duration, log *slog.Logger, 
 	for _, t := range tenants {
 		p.refill(t)
 	}
+	p.stop = make(chan struct{})
 	if size > 0 {
-		p.stop = make(chan struct{})
 		p.wg.Add(1)
 		go p.renew()
 	}
@@ -152,11 +153,12 @@ func (p *Pool) renew() {
 
 // take claims a warm sandbox of tenant, or returns nil. The call's root and its workspace's
 // owner are remembered: the tenant's next warm sandboxes prepare them ahead.
-func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) *sandbox {
+func (p *Pool) take(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32, tl *Timeline) *sandbox {
 	if p == nil || p.Size <= 0 {
 		return nil
 	}
-	s, otherRoot, hurry := p.claim(tenant, root, ownerUID, ownerGID)
+	s, otherRoot, hurry := p.claim(tenant, root, ownerUID, ownerGID, tl)
+	defer tl.Mark("pool refill scheduled")
 	switch {
 	case s == nil && otherRoot:
 		// The tenant's sandboxes were inside another root: the call runs cold, and the
@@ -186,9 +188,10 @@ func nextTarget(target, size, claims int) int {
 	return max(target, size)
 }
 
-func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32) (_ *sandbox, otherRoot, hurry bool) {
+func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGID uint32, tl *Timeline) (_ *sandbox, otherRoot, hurry bool) {
+	defer tl.Mark("pool claim")
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	tl.Mark("pool lock wait")
 	p.used[tenant] = time.Now()
 	if p.target[tenant] == 0 {
 		p.target[tenant] = p.Size
@@ -205,16 +208,58 @@ func (p *Pool) claim(tenant string, root sandboxinit.RootPlan, ownerUID, ownerGI
 			p.retire(w.s)
 			continue
 		}
-		if alive, _ := cgroup.Populated(w.s.cg.V2); alive && time.Since(w.started) < p.MaxAge {
-			p.claims[tenant]++
-			return w.s, false, len(p.idle[tenant]) == 0 && p.target[tenant] > p.Size
+		if time.Since(w.started) >= p.MaxAge {
+			p.retire(w.s)
+			continue
+		}
+		// Whether its init still runs is a read of its cgroup, made without the pool's lock:
+		// every launch and refill of the node takes that lock.
+		p.claims[tenant]++
+		hurry := len(p.idle[tenant]) == 0 && p.target[tenant] > p.Size
+		p.mu.Unlock()
+		if alive, _ := cgroup.Populated(w.s.cg.V2); alive {
+			return w.s, false, hurry
 		}
 		p.retire(w.s)
+		p.mu.Lock()
+		p.claims[tenant]--
 	}
 	if !otherRoot {
 		p.target[tenant] = grow(p.target[tenant], p.Size, p.MaxPerTenant)
 	}
+	p.mu.Unlock()
 	return nil, otherRoot, true
+}
+
+// reapInterval is how often a pool's cold launches look for the cgroups of calls whose
+// launcher was killed, at most.
+const reapInterval = time.Second
+
+// reapStale clears the cgroups calls whose launcher was killed left behind, in the
+// background: one look at a time, and the next no sooner than reapInterval after it.
+func (p *Pool) reapStale() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaping || p.closed {
+		return
+	}
+	p.reaping = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if _, err := cgroup.ReapStale(); err != nil {
+			p.Log.Warn("stale calls", "err", err)
+		}
+		t := time.NewTimer(reapInterval)
+		select {
+		case <-t.C:
+		case <-p.stop:
+		}
+		t.Stop()
+		p.mu.Lock()
+		p.reaping = false
+		p.mu.Unlock()
+	}()
 }
 
 // retire discards a sandbox in the background.
@@ -300,11 +345,15 @@ func (p *Pool) fill(tenant string) {
 	plan := p.plans[tenant]
 	owner, known := p.owners[tenant]
 	p.mu.Unlock()
-	s, err := startSandbox(p.layout, p.Init, tenant, warmName(), poolLimits, true, plan)
-	if err == nil && known {
-		// The workspace's idmap for the owner the tenant's calls had (a process to start):
-		// made now, not on the next call's way.
-		if ierr := s.prepareIdmap(owner[0], owner[1]); ierr != nil {
+	// The workspace's idmap for the owner the tenant's calls had (a process to start): made
+	// beside the init's start, not on the next call's way.
+	var ownerOf *[2]uint32
+	if known {
+		ownerOf = &owner
+	}
+	s, err := startSandbox(p.layout, p.Init, tenant, warmName(), poolLimits, true, plan, ownerOf, nil)
+	if err == nil {
+		if ierr := s.waitIdmap(); ierr != nil {
 			p.Log.Warn("prepare warm sandbox's workspace idmap", "tenant", tenant, "err", ierr)
 		}
 	}
@@ -409,6 +458,18 @@ func (p *Pool) SetBounds(perTenant, total int) error {
 	defer p.mu.Unlock()
 	p.MaxPerTenant, p.MaxTotal = max(perTenant, p.Size), max(total, p.Size)
 	return nil
+}
+
+// IdleByTenant is the number of warm sandboxes ready for each tenant that has any or is
+// starting some (at most MaxTenants tenants).
+func (p *Pool) IdleByTenant() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.target))
+	for t := range p.target {
+		out[t] = len(p.idle[t])
+	}
+	return out
 }
 
 // Targets is what each tenant keeps warm now.

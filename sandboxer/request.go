@@ -93,6 +93,11 @@ func (s *Service) Launch(req *callproto.Request, stdio [3]*os.File, stops <-chan
 // LaunchChecked is Launch, with checkWorkspace asked about the workspace the call gets (see
 // Spec.CheckWorkspace).
 func (s *Service) LaunchChecked(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop, checkWorkspace func(fd int) error) callproto.Reply {
+	return s.LaunchTimed(req, stdio, stops, checkWorkspace, nil)
+}
+
+// LaunchTimed is LaunchChecked, with the end of each of the launch's phases marked on tl.
+func (s *Service) LaunchTimed(req *callproto.Request, stdio [3]*os.File, stops <-chan callproto.Stop, checkWorkspace func(fd int) error, tl *Timeline) callproto.Reply {
 	spec, err := FromRequest(req)
 	if err != nil {
 		return callproto.Reply{Error: err.Error(), ExitStatus: 125}
@@ -101,7 +106,7 @@ func (s *Service) LaunchChecked(req *callproto.Request, stdio [3]*os.File, stops
 		return callproto.Reply{Error: "bermd has no sandbox init (berm-init) to launch calls with", ExitStatus: 125}
 	}
 	spec.Init, spec.Pool, spec.Stops, spec.Approvals, spec.Node = s.Init, s.Pool, stops, s.Approvals, s.Node
-	spec.CheckWorkspace = checkWorkspace
+	spec.CheckWorkspace, spec.Timeline = checkWorkspace, tl
 	spec.Stdin, spec.Stdout, spec.Stderr = stdio[0], stdio[1], stdio[2]
 	out, err := Run(spec, Local{Agent: s.Agent})
 	if out == nil {

@@ -74,6 +74,9 @@ type Spec struct {
 	// descriptor, after its resolution) before anything uses it: bermd's check that a caller
 	// who is not root names a directory of its own, on the directory the call will get.
 	CheckWorkspace func(fd int) error
+	// Timeline, when set, is marked at the end of each phase of the launch (bermd's
+	// berm_launch_phase_seconds).
+	Timeline *Timeline
 	// MCPSession and MCPRequestID: the MCP tools/call the call serves (berm mcp serve).
 	MCPSession, MCPRequestID string
 	// TraceParent is the caller's W3C trace context, recorded in the CallStart (empty: none).
@@ -141,6 +144,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	}
 	defer p.close()
 	env := p.env
+	tl := spec.Timeline
 	sb, discard, err := claimSandbox(spec, env, p.wsDir)
 	if err != nil {
 		return nil, err
@@ -154,6 +158,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 		return nil, err
 	}
 	defer unix.Close(ws)
+	tl.Mark("workspace idmap")
 
 	start := callStart(spec, env, sb)
 	// Credentials are minted before the call begins: their values take themselves out of its
@@ -170,6 +175,7 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	defer l.forgetCredentials()
 	var argvLeaks []secrets.Literal
 	start.Argv, argvLeaks = l.scrubArgv(start.Argv)
+	tl.Mark("credentials")
 	// A call whose configuration does not depend on its registration (no brokered
 	// credentials, no approval channel) is handed to its init first: the init builds the
 	// call's root while the agent registers the call, and starts the tool's stage only once
@@ -181,16 +187,20 @@ func Run(spec Spec, rec Recorder) (*Outcome, error) {
 	initPID := uint32(sb.cmd.Process.Pid)
 	if mintErr == nil && len(l.creds) == 0 && len(env.init.Approvals) == 0 {
 		held, heldRes = l.deliver(sb, ws, true)
+		tl.Mark("configure init")
 	}
 	call, err := l.begin(rec, start, sb, held, initPID)
 	if err != nil {
 		return nil, err
 	}
+	tl.Mark("registration: bpf maps and layers")
 	res := l.runCall(sb, ws, mintErr, argvLeaks, held, heldRes)
 	// Whatever ended the call (a cap, a kill, the caller gone), its credentials are revoked
 	// now, before its record is written.
 	res.Credentials = l.revokeCredentials()
+	tl.Mark("cleanup after tool")
 	record, err := call.End(res)
+	tl.Mark("end: after journal")
 	if res.Populated {
 		go lingerUntilEmpty(call, l.cg)
 	}
@@ -230,6 +240,7 @@ func prepare(spec *Spec) (_ *prepared, err error) {
 			return nil, fmt.Errorf("workspace %s: %w", spec.Workspace, err)
 		}
 	}
+	spec.Timeline.Mark("workspace open")
 	if p.wsDir.Path != spec.Workspace {
 		spec.Env = retargetHome(spec.Env, spec.Workspace, p.wsDir.Path)
 		spec.Workspace = p.wsDir.Path
@@ -237,6 +248,7 @@ func prepare(spec *Spec) (_ *prepared, err error) {
 	if p.env, err = compile(spec); err != nil {
 		return nil, err
 	}
+	spec.Timeline.Mark("policy compile")
 	if p.env.compiled.Approvals != nil && spec.Approvals == nil {
 		return nil, errors.New("the policy holds actions for approval (spec.approvals) and this launcher has no one to ask")
 	}
@@ -246,6 +258,7 @@ func prepare(spec *Spec) (_ *prepared, err error) {
 	if p.quota, err = newCallQuota(spec.Workspace, p.env.compiled); err != nil {
 		return nil, err
 	}
+	spec.Timeline.Mark("call id and disk quota")
 	return p, nil
 }
 
@@ -270,30 +283,39 @@ func claimSandbox(spec Spec, env *callEnv, wsDir *workspaceDir) (sb *sandbox, di
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
 	if env.init.NewNet && !env.init.HostRoot {
 		// audit mode shows the host's root: a warm init is inside the root it prepared
-		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID)
+		sb = spec.Pool.take(spec.Tenant, env.init.Root, wsDir.UID, wsDir.GID, spec.Timeline)
 	}
+	tl := spec.Timeline
 	refill := func() {}
 	if sb != nil {
 		spec.Pool.Warm.Add(1)
+		tl.setWarm()
 		refill = func() { spec.Pool.refillAfter(spec.Tenant) }
 		if err := sb.cg.SetLimits(lim); err != nil {
 			_ = sb.discard()
 			refill()
 			return nil, nil, err
 		}
+		tl.Mark("cgroup limits")
 	} else {
 		if spec.Pool != nil {
 			spec.Pool.Cold.Add(1)
 		}
-		// Calls whose launcher was killed left their (empty) cgroups behind: clear them first.
-		if _, err := cgroup.ReapStale(); err != nil {
+		// Calls whose launcher was killed left their (empty) cgroups behind: clear them. A
+		// launcher with a pool (bermd) does it beside its calls, at most once a second (each
+		// look opens every call's lease: a burst's cold launches each looking was quadratic);
+		// one that exits after its call does it first.
+		if spec.Pool != nil {
+			spec.Pool.reapStale()
+		} else if _, err := cgroup.ReapStale(); err != nil {
 			fmt.Fprintf(spec.messages(), "berm: warning: stale calls: %v\n", err)
 		}
+		tl.Mark("reap stale cgroups")
 		layout, err := hostLayout()
 		if err != nil {
 			return nil, nil, err
 		}
-		if sb, err = startSandbox(layout, spec.Init, spec.Tenant, spec.CallID, lim, env.init.NewNet, nil); err != nil {
+		if sb, err = startSandbox(layout, spec.Init, spec.Tenant, spec.CallID, lim, env.init.NewNet, nil, &[2]uint32{wsDir.UID, wsDir.GID}, tl); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -348,7 +370,7 @@ func (l *launch) begin(rec Recorder, start event.CallStart, sb *sandbox, held *d
 	call, err := rec.Begin(start, agent.CallOptions{
 		Traced: env.traced, RefusalsOnly: env.refusalsOnly, Policy: env.compiled, Judge: env.judge, CgroupDir: sb.cg.V2,
 		Network: env.compiled.Isolation == policy.NetworkHostFiltered, InitPID: initPID, InitExe: initExe(l.spec.Init), StageExe: sandboxinit.StageBinary,
-		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream, Redact: env.redact,
+		EventBudget: env.compiled.EventBudget, DNSUpstream: l.spec.DNSUpstream, Redact: env.redact, Mark: l.spec.Timeline.marker(),
 	})
 	if err != nil {
 		l.revokeCredentials()
@@ -568,6 +590,7 @@ func (l *launch) finish(d *delivery) agent.Result {
 			return l.abortInit(sb, err, copiers)
 		}
 	}
+	spec.Timeline.Mark("release init")
 	cmd := sb.cmd
 	l.delivered(cmd.Process.Pid)
 	supervisor := l.startSupervisor(sb)
@@ -582,6 +605,7 @@ func (l *launch) finish(d *delivery) agent.Result {
 		go l.reloadPolicy(done)
 	}
 	st, waitErr := waitForTool(sb)
+	spec.Timeline.Mark("init set-up, tool and reap")
 	close(done)
 	// The watcher's last look is over before the reason is read: a cap it found as the tool
 	// ended is recorded once, as the call's reason, not found again below.

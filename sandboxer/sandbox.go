@@ -30,13 +30,16 @@ type sandbox struct {
 	// idmap maps a workspace owner to ids, prepared ahead for a warm sandbox (-1: none).
 	idmap              int
 	idmapUID, idmapGID uint32
-	stage              string // the stage's binary, beside the init's: it makes idmap
-	cmd                *exec.Cmd
-	cfg                int      // the launcher's end of the config socket (config, then the caller's stdin)
-	stat               *os.File // the init's status, when the tool has ended
-	out                *os.File // the init's (and the tool's) stdout and stderr
-	errR               *os.File
-	mntns              *os.File
+	// idmapDone is closed when the idmap started with the sandbox is made (idmapErr).
+	idmapDone chan struct{}
+	idmapErr  error
+	stage     string // the stage's binary, beside the init's: it makes idmap
+	cmd       *exec.Cmd
+	cfg       int      // the launcher's end of the config socket (config, then the caller's stdin)
+	stat      *os.File // the init's status, when the tool has ended
+	out       *os.File // the init's (and the tool's) stdout and stderr
+	errR      *os.File
+	mntns     *os.File
 	// joined reports the v1 joins; joinErr keeps their outcome once read.
 	joined  chan error
 	joinErr error
@@ -44,11 +47,15 @@ type sandbox struct {
 
 // startSandbox creates the cgroups named name under tenant and starts the init in them.
 // A warm sandbox's init is given prepare, the root its tenant's last call had, to build ahead.
-func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgroup.Limits, newNet bool, prepare *sandboxinit.RootPlan) (_ *sandbox, err error) {
+// owner, when known, is the workspace owner whose idmap (a user namespace, a process to
+// start) is made beside the init's start rather than after it. tl, when not nil, is marked
+// at the end of each step (a cold launch's).
+func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgroup.Limits, newNet bool, prepare *sandboxinit.RootPlan, owner *[2]uint32, tl *Timeline) (_ *sandbox, err error) {
 	cg, err := cgroup.Create(layout, tenant, name, lim)
 	if err != nil {
 		return nil, err
 	}
+	tl.Mark("cgroup create")
 	s := &sandbox{tenant: tenant, newNet: newNet, prepared: prepare, cg: cg, cfg: -1, idmap: -1, stage: filepath.Join(filepath.Dir(initPath), sandboxinit.StageBinary)}
 	defer func() {
 		if err != nil {
@@ -61,6 +68,14 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if s.ids, err = ids.take(); err != nil {
 		return nil, err
 	}
+	if owner != nil {
+		s.idmapDone = make(chan struct{})
+		go func(uid, gid uint32) {
+			defer close(s.idmapDone)
+			s.idmapErr = s.prepareIdmap(uid, gid)
+		}(owner[0], owner[1])
+	}
+	tl.Mark("cgroup lease and ids")
 
 	var toClose []*os.File
 	defer func() {
@@ -117,6 +132,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		return nil, err
 	}
 	defer unix.Close(cgfd)
+	tl.Mark("pipes and cgroup fd")
 
 	flags := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 	if newNet {
@@ -137,6 +153,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 		s.cmd = nil
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
+	tl.Mark("clone init")
 	if prepare != nil {
 		if err := sandboxinit.SendFrame(s.cfg, sandboxinit.Message{Prepare: prepare, PrepareNet: newNet}); err != nil {
 			return nil, fmt.Errorf("prepare sandbox init: %w", err)
@@ -148,6 +165,7 @@ func startSandbox(layout *cgroup.Layout, initPath, tenant, name string, lim cgro
 	if s.mntns, err = os.Open(fmt.Sprintf("/proc/%d/ns/mnt", s.cmd.Process.Pid)); err != nil {
 		return nil, fmt.Errorf("hold the sandbox's mount namespace: %w", err)
 	}
+	tl.Mark("hold mount namespace")
 	// On hybrid hosts the v1 controllers are joined while the call is being set up (a
 	// migration costs milliseconds of RCU waits); the init may start the tool only after.
 	// One byte on the go pipe tells the init it is in every cgroup of the call: only then does
@@ -209,6 +227,7 @@ func (s *sandbox) release() error {
 // cgroups removed, its lease released.
 func (s *sandbox) discard() error {
 	var errs []error
+	_ = s.waitIdmap()
 	if s.cfg >= 0 {
 		unix.Close(s.cfg)
 		s.cfg = -1
@@ -254,9 +273,20 @@ func (s *sandbox) prepareIdmap(uid, gid uint32) error {
 	return nil
 }
 
+// waitIdmap waits for the idmap started with the sandbox, if any, and says how it went.
+func (s *sandbox) waitIdmap() error {
+	if s.idmapDone == nil {
+		return nil
+	}
+	<-s.idmapDone
+	s.idmapDone = nil
+	return s.idmapErr
+}
+
 // idmapFor returns the user namespace mapping the workspace's owner to the sandbox's ids: the
 // prepared one when the owner is the one it was made for. The sandbox keeps it.
 func (s *sandbox) idmapFor(uid, gid uint32) (int, error) {
+	_ = s.waitIdmap() // one that failed is made again below
 	if s.idmap >= 0 && (s.idmapUID != uid || s.idmapGID != gid) {
 		unix.Close(s.idmap)
 		s.idmap = -1

@@ -67,14 +67,37 @@ func (w *Writer) syncLoop() {
 		case <-w.stop:
 			return
 		case <-t.C:
-			w.mu.Lock()
-			if w.dirty && w.f != nil {
-				_ = w.f.Sync()
-				w.dirty = false
-			}
-			w.mu.Unlock()
+			w.syncOnce()
 		}
 	}
+}
+
+// syncOnce syncs the open segment when a record asked for it. The fsync runs on a duplicate
+// of the segment's descriptor, outside w.mu: appends (a call's start and end records, on every
+// launch's path) do not wait for the disk. What was appended before dirty was cleared is
+// written and goes with this fsync; what is appended after sets dirty again for the next.
+func (w *Writer) syncOnce() {
+	w.mu.Lock()
+	if !w.dirty || w.f == nil {
+		w.mu.Unlock()
+		return
+	}
+	fd, err := unix.FcntlInt(w.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		// no descriptor to spare: sync under the lock, as before
+		_ = w.f.Sync()
+		w.dirty = false
+		w.mu.Unlock()
+		return
+	}
+	w.dirty = false
+	w.mu.Unlock()
+	if err := unix.Fsync(fd); err != nil {
+		w.mu.Lock()
+		w.dirty = true // try again at the next tick
+		w.mu.Unlock()
+	}
+	unix.Close(fd)
 }
 
 // Dir is the journal's directory.

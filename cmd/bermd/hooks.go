@@ -81,6 +81,7 @@ func registerPoolMetrics(reg prometheus.Registerer, p *sandboxer.Pool) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_sandboxes_warm", Help: "Sandboxes started and waiting for a call.",
 		}, func() float64 { return float64(p.Idle()) }),
+		warmByTenant{p},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "berm_sandboxes_starting", Help: "1 while warm sandboxes are being started.",
 		}, func() float64 {
@@ -92,6 +93,20 @@ func registerPoolMetrics(reg prometheus.Registerer, p *sandboxer.Pool) {
 	)
 }
 
+// warmByTenant exports the warm sandboxes ready per tenant: the pool keeps some for at most
+// its MaxTenants tenants, so the label's values are bounded.
+type warmByTenant struct{ p *sandboxer.Pool }
+
+var warmByTenantDesc = prometheus.NewDesc("berm_sandboxes_warm_by_tenant", "Sandboxes started and waiting for a call, per tenant (the tenants the pool keeps sandboxes for).", []string{"tenant"}, nil)
+
+func (w warmByTenant) Describe(ch chan<- *prometheus.Desc) { ch <- warmByTenantDesc }
+
+func (w warmByTenant) Collect(ch chan<- prometheus.Metric) {
+	for t, n := range w.p.IdleByTenant() {
+		ch <- prometheus.MustNewConstMetric(warmByTenantDesc, prometheus.GaugeValue, float64(n), t)
+	}
+}
+
 // logServed writes a debug line per call with the times of its phases (unix nanoseconds),
 // which the launch benchmark joins with the call's timeline for a per-phase breakdown.
 func logServed(log *slog.Logger, sv daemon.Served) {
@@ -99,7 +114,14 @@ func logServed(log *slog.Logger, sv daemon.Served) {
 		return
 	}
 	p := sv.Phases()
-	log.Debug("call served", "call_id", sv.CallID, "accepted_ns", sv.Accepted.UnixNano(), "request_ns", sv.Request.UnixNano(),
+	sandbox, tenant := "cold", ""
+	if _, warm := sv.Timeline.Spans(); warm {
+		sandbox = "warm"
+	}
+	if sv.Record != nil {
+		tenant = sv.Record.Tenant
+	}
+	log.Debug("call served", "call_id", sv.CallID, "tenant", tenant, "sandbox", sandbox, "accepted_ns", sv.Accepted.UnixNano(), "request_ns", sv.Request.UnixNano(),
 		"launched_ns", sv.Launched.UnixNano(), "replied_ns", sv.Replied.UnixNano(),
 		"connect", p.Connect, "prepare", p.Prepare, "run", p.Run, "reply", p.Reply)
 }

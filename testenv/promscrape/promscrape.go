@@ -28,3 +28,34 @@ func Value(addr, name string) (float64, error) {
 	}
 	return 0, fmt.Errorf("%s exports no %s", addr, name)
 }
+
+// Labelled fetches http://addr/metrics and returns the sample of name whose label has value
+// (the first such sample).
+func Labelled(addr, name, label, value string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("read %s/metrics: %w", addr, err)
+	}
+	want := label + "=\"" + value + "\""
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		labels, v, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(labels, ",") {
+			if kv == want {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s exports no %s{%s}", addr, name, want)
+}

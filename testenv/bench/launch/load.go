@@ -215,9 +215,27 @@ func saturation(l launcher, callers, tenants int, d time.Duration, f *failures) 
 
 // loadBench prints the load tables, bermd being d (default pool bounds); srt, Anthropic's
 // sandbox-runtime, is a second peer where it runs (installed into srtCache).
-func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Duration, srtCache, state string) {
+// modes, when not empty, picks the modes whose names contain one of its words (and the
+// saturation run when it names "saturation"); srtCache "" leaves srt out.
+func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Duration, srtCache, state string, modes []string) {
 	vs := loadVariants(berm, sock, ws, pol)
-	srt, whyNot := srtLauncher(srtCache)
+	picked := func(name string) bool {
+		if len(modes) == 0 {
+			return true
+		}
+		for _, m := range modes {
+			if strings.Contains(name, m) {
+				return true
+			}
+		}
+		return false
+	}
+	srt, whyNot := launcher{}, "left out (--srt-cache \"\")"
+	if srtCache != "" {
+		srt, whyNot = srtLauncher(srtCache)
+	}
+	var phaseNames []string
+	var phaseObs []launchPhases
 	fmt.Printf("## Launch under load: time to first output of `echo x`\n\n")
 	fmt.Println("No pause for bermd to settle: refills compete with the launches, as they do for an agent's calls.")
 	fmt.Println("Overhead is each mode's percentile minus the bare exec's same percentile in the same mode; the ratio is berm's overhead over bwrap's (and over srt's).")
@@ -252,6 +270,9 @@ func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Durati
 			ratio(1, .5), ratio(1, .99), ratio(3, .5), warm, &fails[1], srtFails, &fails[2])
 	}
 	for _, m := range loadModes(n) {
+		if !picked(m.name) {
+			continue
+		}
 		var res [4][]time.Duration
 		var fails [4]failures
 		for i, v := range vs[:2] {
@@ -262,13 +283,15 @@ func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Durati
 		}
 		d.Settle()
 		w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
+		ph0 := scrapeLaunchPhases(d)
 		res[2] = m.run(vs[2], &fails[2])
 		w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
+		phaseNames, phaseObs = append(phaseNames, strings.SplitN(m.name, " (", 2)[0]), append(phaseObs, scrapeLaunchPhases(d).minus(ph0))
 		row(m.name, res, &fails, fmt.Sprintf("%.0f of %.0f", w, w+c))
 	}
 	// The embedded first call: `berm run --daemon never` loads the eBPF programs itself for each
 	// call, with no bermd; against the peers' back-to-back calls of the same run.
-	{
+	if picked("embedded") {
 		const k = 10
 		embedded := launcher{"berm run --daemon never", func(_ int, argv ...string) *exec.Cmd {
 			a := []string{"run", "--daemon", "never", "--state-dir", state, "--workspace", ws, "--policy", pol, "--"}
@@ -294,7 +317,8 @@ func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Durati
 		row(fmt.Sprintf("embedded first call (`berm run --daemon never`, %d calls one after another, no bermd used)", k), res, &fails, "-")
 	}
 	fmt.Println()
-	if satTime <= 0 {
+	if satTime <= 0 || !picked("saturation") {
+		printLaunchPhases(phaseNames, phaseObs)
 		return
 	}
 	fmt.Printf("## Saturation: calls per second (%s each; mixed small tools: echo, sh -c, ls of the workspace, cat; berm's across 8 tenants)\n\n", satTime)
@@ -314,12 +338,15 @@ func loadBench(d *daemon, berm, sock, ws, pol string, n int, satTime time.Durati
 		}
 		d.Settle()
 		w0, c0 := d.Metric("berm_sandbox_launches_warm_total"), d.Metric("berm_sandbox_launches_cold_total")
+		ph0 := scrapeLaunchPhases(d)
 		be, bel := saturation(vs[2], callers, 8, satTime, &fe)
 		w, c := d.Metric("berm_sandbox_launches_warm_total")-w0, d.Metric("berm_sandbox_launches_cold_total")-c0
+		phaseNames, phaseObs = append(phaseNames, fmt.Sprintf("saturation, %d callers", callers)), append(phaseObs, scrapeLaunchPhases(d).minus(ph0))
 		if sts > 0 {
 			srtRatio = fmt.Sprintf("%.2f", be/sts)
 		}
 		fmt.Printf("| %d | %.1f, %s | %s | %.1f, %s | **%.2f** | %s | %.0f of %.0f | %s, %s, %s |\n", callers, bw, benchkit.MS(benchkit.Pct(bwl, .5)), st, be, benchkit.MS(benchkit.Pct(bel, .5)), be/bw, srtRatio, w, w+c, &fb, srtFails, &fe)
 	}
 	fmt.Println()
+	printLaunchPhases(phaseNames, phaseObs)
 }

@@ -45,7 +45,9 @@ func main() {
 	blocks := flag.Int("blocks", 10, "with --compare: blocks per build")
 	loadOnly := flag.Bool("load-only", false, "run the launches under load only (back to back, staggered, bursts, saturation)")
 	satTime := flag.Duration("saturation", 20*time.Second, "how long each saturation run lasts (0: none)")
-	srtCache := flag.String("srt-cache", filepath.Join(os.TempDir(), "berm-bench-srt"), "where the load bench installs srt (npm @anthropic-ai/sandbox-runtime), its second peer")
+	srtCache := flag.String("srt-cache", filepath.Join(os.TempDir(), "berm-bench-srt"), "where the load bench installs srt (npm @anthropic-ai/sandbox-runtime), its second peer (\"\": srt left out)")
+	loadFlags := flag.String("load-bermd-flags", "", "with --load-only: more flags for the bermd measured, separated by spaces (\"--warm-max-tenant 64 --warm-max 64\")")
+	loadModesFlag := flag.String("load-modes", "", "with --load-only: the modes to run, words of their names separated by commas (\"back to back,16,64,saturation\"; empty: all)")
 	flag.Parse()
 	berm, bermd := filepath.Join(*bin, "berm"), filepath.Join(*bin, "bermd")
 	// settle scrapes bermd's metrics before every launch: uncompressed, so that bermd does
@@ -114,10 +116,14 @@ func main() {
 	}
 	if *loadOnly {
 		dCold.Stop()
-		d := startDaemon(bermd, state, sock)
+		d := startDaemon(bermd, state, sock, strings.Fields(*loadFlags)...)
 		defer d.Stop()
 		d.Settle()
-		loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"))
+		var modes []string
+		if *loadModesFlag != "" {
+			modes = strings.Split(*loadModesFlag, ",")
+		}
+		loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"), modes)
 		return
 	}
 	if *warmOnly {
@@ -232,7 +238,7 @@ func main() {
 	rows, err := breakdown(state, warmCalls, d.served)
 	benchkit.Must(err)
 	printBreakdown(rows, wBerm)
-	loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"))
+	loadBench(d, berm, sock, ws, basePol, max(*n, 100), *satTime, *srtCache, filepath.Join(work, "embedded-load-state"), nil)
 	onDemand(berm, work, ws, basePol, wBerm)
 
 	fmt.Printf("## Syscall cost (getppid, median of %d rounds)\n\n", *rounds)

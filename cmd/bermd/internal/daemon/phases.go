@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/sandboxer"
 )
 
 // Served is one call as the server saw it: when its connection was accepted, its request
@@ -16,6 +17,8 @@ type Served struct {
 	CallID                               string
 	Record                               *event.CallRecord // nil: the call did not run
 	Accepted, Request, Launched, Replied time.Time
+	// Timeline is the launch's finer phases, from the connection accepted to the reply.
+	Timeline *sandboxer.Timeline
 }
 
 // Phases are the server's phases of one call, in order; zero for one that did not happen.
@@ -46,7 +49,7 @@ func (s Served) Phases() Phases {
 
 // PhaseMetrics is a histogram of each phase of the calls served, on a registry. The call id
 // is never a label: it would make one series per call.
-type PhaseMetrics struct{ h *prometheus.HistogramVec }
+type PhaseMetrics struct{ h, launch *prometheus.HistogramVec }
 
 // NewPhaseMetrics registers berm_call_phase_seconds{phase}.
 func NewPhaseMetrics(reg prometheus.Registerer) *PhaseMetrics {
@@ -56,13 +59,19 @@ func NewPhaseMetrics(reg prometheus.Registerer) *PhaseMetrics {
 		// 50 µs to ~3.3 s: a warm launch's phases are tens of µs to a few ms.
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 17),
 	}, []string{"phase"})
-	reg.MustRegister(h)
+	launch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "berm_launch_phase_seconds",
+		Help: "Time of each fine phase of a launch served by bermd (request read, access check, policy compile, pool claim, cgroup create, clone, idmap, registration, the tool, drain barrier, journal, reply...), by the kind of sandbox it ran in (warm, cold).",
+		// 10 µs to ~5 s
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 20),
+	}, []string{"phase", "sandbox"})
+	reg.MustRegister(h, launch)
 	// each phase's series from the start, empty: a histogram first exported with its first
 	// call's observation shows no increase to rate(), so that call's latency would not show
 	for _, p := range []string{"connect", "prepare", "run", "reply"} {
 		h.WithLabelValues(p)
 	}
-	return &PhaseMetrics{h}
+	return &PhaseMetrics{h, launch}
 }
 
 // Observe adds a served call.
@@ -71,6 +80,14 @@ func (m *PhaseMetrics) Observe(s Served) {
 	m.h.WithLabelValues("connect").Observe(p.Connect.Seconds())
 	if s.Record == nil {
 		return
+	}
+	spans, warm := s.Timeline.Spans()
+	kind := "cold"
+	if warm {
+		kind = "warm"
+	}
+	for _, sp := range spans {
+		m.launch.WithLabelValues(sp.Phase, kind).Observe(sp.D.Seconds())
 	}
 	m.h.WithLabelValues("prepare").Observe(p.Prepare.Seconds())
 	m.h.WithLabelValues("run").Observe(p.Run.Seconds())

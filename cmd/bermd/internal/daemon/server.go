@@ -204,6 +204,7 @@ func peerUID(c *net.UnixConn) (uint32, error) {
 
 func (s *Server) handle(conn *net.UnixConn) {
 	sv := Served{Accepted: time.Now()}
+	sv.Timeline = sandboxer.NewTimeline(sv.Accepted)
 	s.idle.begin()
 	defer s.idle.end()
 	defer conn.Close()
@@ -267,6 +268,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 		return
 	}
 	sv.Request = time.Now()
+	sv.Timeline.Mark("request read")
 	if req.CallID == "" {
 		req.CallID = newCallID()
 		setEnv(req.Env, "BERM_CALL_ID", req.CallID)
@@ -292,7 +294,8 @@ func (s *Server) handle(conn *net.UnixConn) {
 		refuse("%v", err)
 		return
 	}
-	rep := s.launch(dec, &req, stdio, check)
+	sv.Timeline.Mark("access check")
+	rep := s.launch(dec, &req, stdio, check, sv.Timeline)
 	sv.Launched = time.Now()
 	_ = enc.Encode(rep)
 	s.served(&sv, &req, &rep)
@@ -308,12 +311,14 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 		return
 	}
 	sv.Request = time.Now()
+	sv.Timeline.Mark("request read")
 	inv := &callproto.Invocation{Args: args, Env: env, Cwd: cwd}
 	if !peer.Root() {
 		inv.NonRoot = true
 		inv.DefaultTenant, _ = acc.RunTenant(peer, "")
 	}
 	fc := runcli.Invoke(inv, s.ownSocket)
+	sv.Timeline.Mark("flags parsed")
 	// The workspace made for the call is gone before the front hears of its end, as the Go
 	// front removes it before it exits.
 	cleanup := func() {
@@ -341,7 +346,8 @@ func (s *Server) invoke(conn *net.UnixConn, br *bufio.Reader, stdio [3]*os.File,
 		_ = callproto.WriteEndFrame(conn, callproto.FrontEnd{Status: 1, Stderr: fmt.Appendf(nil, "berm: bermd: %v\n", err)})
 		return
 	}
-	rep := s.launch(json.NewDecoder(br), fc.Request, stdio, check)
+	sv.Timeline.Mark("access check")
+	rep := s.launch(json.NewDecoder(br), fc.Request, stdio, check, sv.Timeline)
 	sv.Launched = time.Now()
 	end := fc.Finish(rep)
 	cleanup()
@@ -357,7 +363,7 @@ func (s *Server) ownSocket(path string) bool {
 
 // launch runs a call to its end; whatever the client sends while it runs (decoded by dec)
 // is an interrupt, its going away is one too.
-func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.File, checkWorkspace func(int) error) callproto.Reply {
+func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.File, checkWorkspace func(int) error, tl *sandboxer.Timeline) callproto.Reply {
 	stops := make(chan callproto.Stop, 4)
 	done := make(chan struct{})
 	defer close(done)
@@ -388,7 +394,7 @@ func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.
 		case <-done:
 		}
 	}()
-	rep := s.Service.LaunchChecked(req, stdio, stops, checkWorkspace)
+	rep := s.Service.LaunchTimed(req, stdio, stops, checkWorkspace, tl)
 	rep.Version = callproto.Version
 	if rep.Record != nil && rep.Record.EndReason == event.EndClientLost {
 		s.Log.Warn("call client lost", "call_id", rep.Record.CallID, "detail", rep.Record.EndDetail)
@@ -398,6 +404,7 @@ func (s *Server) launch(dec *json.Decoder, req *callproto.Request, stdio [3]*os.
 
 func (s *Server) served(sv *Served, req *callproto.Request, rep *callproto.Reply) {
 	sv.Replied = time.Now()
+	sv.Timeline.Mark("reply")
 	if s.Served != nil {
 		sv.CallID, sv.Record = req.CallID, rep.Record
 		s.Served(*sv)
