@@ -12,16 +12,11 @@ import (
 
 // Value fetches http://addr/metrics and returns the sample of an unlabelled metric.
 func Value(addr, name string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	lines, err := scrape(addr)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("read %s/metrics: %w", addr, err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range lines {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strconv.ParseFloat(v, 64)
 		}
@@ -32,17 +27,12 @@ func Value(addr, name string) (float64, error) {
 // Labelled fetches http://addr/metrics and returns the sample of name whose label has value
 // (the first such sample).
 func Labelled(addr, name, label, value string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	lines, err := scrape(addr)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("read %s/metrics: %w", addr, err)
-	}
 	want := label + "=\"" + value + "\""
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range lines {
 		rest, ok := strings.CutPrefix(line, name+"{")
 		if !ok {
 			continue
@@ -58,4 +48,18 @@ func Labelled(addr, name, label, value string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s exports no %s{%s}", addr, name, want)
+}
+
+// scrape fetches http://addr/metrics, one line per exposition line.
+func scrape(addr string) ([]string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s/metrics: %w", addr, err)
+	}
+	return strings.Split(string(body), "\n"), nil
 }
