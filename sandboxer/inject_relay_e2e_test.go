@@ -107,12 +107,32 @@ g = f.readline().decode().strip(); f.write(b"HELO me\n"); f.flush(); print(g + "
 echo "body $(%[1]s -H "Authorization: Bearer $API_TOKEN" --data "token=$API_TOKEN" https://api.test/check)"
 echo "bodyok $(curl -sS --max-time 20 -H "Authorization: Bearer $API_TOKEN" --data "hello" https://api.test/check)"
 `, c)
-	const callID = "inject-relay"
-	state := t.TempDir()
+	t.Setenv("INJECT_TEST_SECRET", e.secret) // bermd reads the credential's source
+	d := bermbin.StartDaemon(t, "--no-rules", "--dns-upstream", e.up.Addr, "--inject-upstream-ca", e.caPEM)
+	for _, tc := range []struct {
+		name, callID string
+		via          func(t *testing.T) (state string, args []string)
+	}{
+		{"the agent embedded", "inject-relay-embedded", func(t *testing.T) (string, []string) {
+			state := t.TempDir()
+			return state, []string{"--state-dir", state, "--dns-upstream", e.up.Addr}
+		}},
+		{"through bermd", "inject-relay-bermd", func(t *testing.T) (string, []string) {
+			return d.State, []string{"--daemon", "required", "--socket", d.Socket}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state, via := tc.via(t)
+			testPlaceholderCut(t, e, got, state, tc.callID, pol, script, via)
+		})
+	}
+}
+
+func testPlaceholderCut(t *testing.T, e *injectEnv, got chan string, state, callID, pol, script string, via []string) {
 	ws := bermbin.Workspace(t)
+	args := append([]string{"run", "--no-rules", "--call-id", callID, "--workspace", ws, "--policy", pol}, via...)
 	r := bermbin.Berm(t, []string{"INJECT_TEST_SECRET=" + e.secret, "BERM_INJECT_UPSTREAM_CA=" + e.caPEM},
-		"run", "--state-dir", state, "--no-rules", "--call-id", callID, "--workspace", ws, "--policy", pol,
-		"--dns-upstream", e.up.Addr, "--", "bash", "-c", script)
+		append(args, "--", "bash", "-c", script)...)
 	res := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		if k, v, ok := strings.Cut(l, " "); ok {
@@ -141,9 +161,8 @@ echo "bodyok $(curl -sS --max-time 20 -H "Authorization: Bearer $API_TOKEN" --da
 	}
 	// what evil.test got: whole lines without the placeholder, and the 9 bytes sent before
 	// the write that completed it (a prefix of the placeholder, never the whole)
-	close(got)
-	for l := range got {
-		if l != "hello\n" && l != "HELO me\n" && (strings.HasSuffix(l, "\n") || len(l) > 9) {
+	for len(got) > 0 {
+		if l := <-got; l != "hello\n" && l != "HELO me\n" && (strings.HasSuffix(l, "\n") || len(l) > 9) {
 			t.Errorf("a plain listener of evil.test received %q", l)
 		}
 	}
