@@ -173,7 +173,8 @@ type WireBermInjectOrig struct {
 	Addr      [16]uint8
 	Port      uint16
 	ProxyPort uint16
-	Pad       uint32
+	Flags     uint16
+	Pad       uint16
 }
 
 type WireBermKaddr struct {

@@ -224,9 +224,11 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 	__u32 rule;
 	if (berm_dns_redirect(ctx, cgid, port, family == AF_INET6))
 		return 1; /* to berm's resolver: the call's DNS is answered there or nowhere */
+	__u32 inspect = 0; /* the call's egress port, if it has injected credentials */
 	if (connect && proto == IPPROTO_TCP) {
+		inspect = berm_inject_port(cgid);
 		/* to berm's injecting egress: a credential's host is reached through it or not at all */
-		int moved = berm_inject_redirect(ctx, cgid, key->addr, port, family == AF_INET6);
+		int moved = inspect ? berm_inject_redirect(ctx, cgid, key->addr, port, family == AF_INET6) : 0;
 		if (moved > 0)
 			return 1;
 		if (moved < 0) {
@@ -239,14 +241,26 @@ static __always_inline int judge_addr(struct bpf_sock_addr *ctx, struct berm_net
 		emit_deny(cfg, cgid, 0, audit, 0, family, port, proto, key->addr);
 		return audit;
 	}
-	if (decide(cfg, cgid, key, port, proto, &rule))
-		return 1;
+	int pass = decide(cfg, cgid, key, port, proto, &rule) ? 1 : 0;
 	/* only where no rule decided: a builtin deny (the metadata service) stays, whatever DNS says */
-	if (rule == 0 && berm_dns_pinned(cgid, key->addr, port, proto, &rule))
-		return 1;
-	__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
-	emit_deny(cfg, cgid, rule, audit, 0, family, port, proto, key->addr);
-	return audit;
+	if (!pass && rule == 0 && berm_dns_pinned(cgid, key->addr, port, proto, &rule))
+		pass = 1;
+	if (!pass) {
+		__u32 audit = cfg->flags & BERM_CALL_AUDIT ? 1 : 0;
+		emit_deny(cfg, cgid, rule, audit, 0, family, port, proto, key->addr);
+		pass = audit;
+	}
+	if (pass && inspect) {
+		/*
+		 * A call with injected credentials: whatever else it reaches over TCP goes through its
+		 * egress too, which looks for the placeholder in what the tool sends.
+		 */
+		if (berm_inject_move(ctx, cgid, key->addr, port, family == AF_INET6, inspect, BERM_INJECT_INSPECT) < 0) {
+			emit_deny(cfg, cgid, 0, 0, 0, family, port, proto, key->addr);
+			return 0;
+		}
+	}
+	return pass;
 }
 
 static __always_inline int judge4(struct bpf_sock_addr *ctx, int connect)

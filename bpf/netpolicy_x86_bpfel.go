@@ -24,6 +24,7 @@ const (
 	NetpolicyMapBermDnsPorts         = "berm_dns_ports"
 	NetpolicyMapBermDrops            = "berm_drops"
 	NetpolicyMapBermEvents           = "berm_events"
+	NetpolicyMapBermInjectCalls      = "berm_inject_calls"
 	NetpolicyMapBermInjectDsts       = "berm_inject_dsts"
 	NetpolicyMapBermInjectOrig       = "berm_inject_orig"
 	NetpolicyMapBermNetGens          = "berm_net_gens"
@@ -112,6 +113,7 @@ type NetpolicyMapSpecs struct {
 	BermDnsPorts    *ebpf.MapSpec `ebpf:"berm_dns_ports"`
 	BermDrops       *ebpf.MapSpec `ebpf:"berm_drops"`
 	BermEvents      *ebpf.MapSpec `ebpf:"berm_events"`
+	BermInjectCalls *ebpf.MapSpec `ebpf:"berm_inject_calls"`
 	BermInjectDsts  *ebpf.MapSpec `ebpf:"berm_inject_dsts"`
 	BermInjectOrig  *ebpf.MapSpec `ebpf:"berm_inject_orig"`
 	BermNetGens     *ebpf.MapSpec `ebpf:"berm_net_gens"`
@@ -160,6 +162,7 @@ type NetpolicyMaps struct {
 	BermDnsPorts    *ebpf.Map `ebpf:"berm_dns_ports"`
 	BermDrops       *ebpf.Map `ebpf:"berm_drops"`
 	BermEvents      *ebpf.Map `ebpf:"berm_events"`
+	BermInjectCalls *ebpf.Map `ebpf:"berm_inject_calls"`
 	BermInjectDsts  *ebpf.Map `ebpf:"berm_inject_dsts"`
 	BermInjectOrig  *ebpf.Map `ebpf:"berm_inject_orig"`
 	BermNetGens     *ebpf.Map `ebpf:"berm_net_gens"`
@@ -181,6 +184,7 @@ func (m *NetpolicyMaps) Close() error {
 		m.BermDnsPorts,
 		m.BermDrops,
 		m.BermEvents,
+		m.BermInjectCalls,
 		m.BermInjectDsts,
 		m.BermInjectOrig,
 		m.BermNetGens,

@@ -11,25 +11,26 @@ import (
 	"github.com/bermsec/berm/testenv/bermbin"
 )
 
-// injectBenchScript times n HTTPS requests to api.test/check on one keep-alive connection and
+// injectBenchScript times n HTTPS requests to HOST/check on one keep-alive connection and
 // n requests each on a new connection (TCP and TLS handshake included), from inside the call.
 // It prints "keepalive NS" and "newconn NS" per request, and fails on any answer but 200.
+// Only api.test gets the placeholder (in Authorization).
 const injectBenchScript = `import http.client, os, ssl, sys, time
-n = int(sys.argv[1]); cafile = sys.argv[2] if len(sys.argv) > 2 else None
+n = int(sys.argv[1]); host = sys.argv[2]; cafile = sys.argv[3] if len(sys.argv) > 3 else None
 ctx = ssl.create_default_context(cafile=cafile) if cafile else ssl.create_default_context()
-h = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
+h = {"Authorization": "Bearer " + os.environ["API_TOKEN"]} if host == "api.test" else {}
 def get(c):
     c.request("GET", "/check", headers=h)
     r = c.getresponse(); r.read()
     if r.status != 200: sys.exit("status %d" % r.status)
-c = http.client.HTTPSConnection("api.test", context=ctx); get(c)
+c = http.client.HTTPSConnection(host, context=ctx); get(c)
 s = time.perf_counter_ns()
 for _ in range(n): get(c)
 print("keepalive", (time.perf_counter_ns() - s) // n)
 c.close()
 s = time.perf_counter_ns()
 for _ in range(n):
-    c = http.client.HTTPSConnection("api.test", context=ctx); get(c); c.close()
+    c = http.client.HTTPSConnection(host, context=ctx); get(c); c.close()
 print("newconn", (time.perf_counter_ns() - s) // n)
 `
 
@@ -38,7 +39,15 @@ print("newconn", (time.perf_counter_ns() - s) // n)
 // request from the same kind of call to the same local server with the secret in an
 // environment variable (deliver: {env}, a plain egress rule, no injection). Both calls run
 // in each round, interleaved.
-func BenchmarkInjectedRequest(b *testing.B) {
+func BenchmarkInjectedRequest(b *testing.B) { benchInjected(b, "api.test") }
+
+// BenchmarkInspectedRequest: what the inspecting relay adds to an HTTPS request to a host
+// that is no credential's (evil.test, no placeholder sent) in a call with an injected
+// credential (TLS ended under the call's CA, made again upstream, what the tool sends
+// scanned), against the same request from a call without injection.
+func BenchmarkInspectedRequest(b *testing.B) { benchInjected(b, "evil.test") }
+
+func benchInjected(b *testing.B, host string) {
 	bermbin.RequireRoot(b)
 	const n = 200
 	e := startInjectEnv(b)
@@ -52,6 +61,7 @@ spec:
   network:
     egress:
       - {domain: api.test, ports: [443], allowPrivate: true}
+      - {domain: evil.test, ports: [443], allowPrivate: true}
   credentials:
     - name: api
       source: {env: INJECT_TEST_SECRET}
@@ -67,7 +77,7 @@ spec:
 			if err := os.WriteFile(filepath.Join(ws, "bench.py"), []byte(injectBenchScript), 0o644); err != nil {
 				b.Fatal(err)
 			}
-			args := []string{"python3", filepath.Join(ws, "bench.py"), strconv.Itoa(n)}
+			args := []string{"python3", filepath.Join(ws, "bench.py"), strconv.Itoa(n), host}
 			if mode == "env" { // the call trusts the upstream root itself
 				ca, err := os.ReadFile(e.caPEM)
 				if err != nil {

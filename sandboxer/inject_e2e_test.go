@@ -183,7 +183,8 @@ echo "peer $(timeout 20 python3 -c 'import socket; s=socket.create_connection(("
 
 // The hostile tool: the placeholder sent where berm does not put the secret in is refused
 // where berm sees it and alerted naming the call; the path around the egress does not exist.
-// (evil.test's certificate is not one the call trusts: its redirect is followed with -k.)
+// (A redirect to evil.test, which is no credential host, with the placeholder that curl
+// --location-trusted carries along, is cut by the inspecting relay.)
 func TestInjectedCredentialsPlaceholderGoesNowhereElse(t *testing.T) {
 	bermbin.RequireRoot(t)
 	e := startInjectEnv(t)
@@ -219,7 +220,7 @@ echo "print $API_TOKEN"
 		"connect":     "405",
 		"port":        "7", // api.test's address, a port no rule opens
 		"dns":         "refused",
-		"redirect":    "evil",
+		"redirect":    "berm: the placeholder of credential api is sent only to its hosts", // cut by the inspecting relay
 		"print":       "[berm:redacted:api]",
 	}
 	for k, w := range want {
@@ -228,13 +229,8 @@ echo "print $API_TOKEN"
 		}
 	}
 	e.mu.Lock()
-	if len(e.evilAuth) != 1 || !strings.HasPrefix(e.evilAuth[0], "Bearer sk-") {
-		t.Errorf("evil.test got %q, want the redirected request with the placeholder (curl --location-trusted)", e.evilAuth)
-	}
-	for _, a := range e.evilAuth {
-		if strings.Contains(a, e.secret) {
-			t.Errorf("evil.test received the secret: %q", a)
-		}
+	if len(e.evilAuth) != 0 {
+		t.Errorf("evil.test got %q, want nothing: the redirected request carried the placeholder (curl --location-trusted)", e.evilAuth)
 	}
 	if e.apiAuthorized != 0 {
 		t.Errorf("api.test authorized %d requests, every one of them should have been refused or not carried the secret", e.apiAuthorized)

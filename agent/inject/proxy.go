@@ -288,6 +288,10 @@ func (c *Call) handle(conn net.Conn) {
 		c.alert("inject-unmoved", "high", fmt.Sprintf("a connection to call %s's injecting egress that the kernel did not move there (%s): refused", c.cfg.CallKey, err))
 		return
 	}
+	if o.Inspect { // none of the credential hosts': relayed, inspected for the placeholder (relay.go)
+		c.inspect(conn, o.Addr)
+		return
+	}
 	switch o.Addr.Port() {
 	case 443:
 		c.serveTLS(conn, o.Addr)
@@ -491,7 +495,22 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection"} {
 		out.Header.Del(h)
 	}
+	var body *bodyScan // the placeholder in the body is refused (relay.go)
+	if out.Body != nil && out.Body != http.NoBody {
+		body = c.scanBody(out.Body)
+		out.Body = body
+	}
 	resp, err := c.up.RoundTrip(out)
+	if l, found := body.refused(); found {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		creds := concerned
+		if cr := c.credNamed(l.Name); cr != nil {
+			creds = []*Credential{cr}
+		}
+		return refuse(http.StatusForbidden, creds, "credential-placeholder-misplaced", fmt.Sprintf("the placeholder of credential %s (%s) in the request's body", l.Name, l.Encoding))
+	}
 	if err != nil {
 		// the error may quote the URL, whose query may now hold a secret
 		msg := err.Error()
@@ -520,6 +539,10 @@ func (c *Call) relay(conn net.Conn, req *http.Request, sni, scheme string, orig 
 		return refuse(http.StatusBadGateway, c.credsFor(host), "inject-response-encoding", why)
 	}
 	n, werr := c.respond(conn, req, resp)
+	if l, found := body.refused(); found { // after the server had answered: the connection ends
+		c.bodyRefusedLate(c.credNamed(l.Name), l.Encoding, where, orig)
+		return false
+	}
 	for _, cr := range used {
 		ev := *where
 		ev.Name, ev.Fingerprint, ev.Action, ev.Status, ev.Bytes = cr.Name, cr.Fingerprint, event.CredentialInjected, resp.StatusCode, n

@@ -10,18 +10,25 @@ import (
 	"github.com/bermsec/berm/bpf"
 )
 
+// injectInspect is bpf/lib/berm.h's BERM_INJECT_INSPECT.
+const injectInspect = 1
+
 // Orig is where a connect the hooks moved to a call's injecting egress was going, as the
 // kernel saw it (bpf/lib/inject.h).
 type Orig struct {
 	CgroupID  uint64
 	Addr      netip.AddrPort // IPv4 unmapped
 	ProxyPort uint16
+	// Inspect: not a credential host's address and port but another the call's policy lets
+	// through, moved to be inspected for the placeholder (bpf BERM_INJECT_INSPECT).
+	Inspect bool
 }
 
 // SetInject sends the call's TCP connects to the addresses its resolver pins for the rules in
 // rules (an injected credential's hosts), on those rules' ports, to proxyPort on loopback: the
-// call's own port of berm's injecting egress, which no other call may reach. Addresses pinned
-// before it are not moved: call it before the tool starts.
+// call's own port of berm's injecting egress, which no other call may reach. Every other TCP
+// connect of the call its policy lets through goes there too, marked to be inspected
+// (Orig.Inspect). Addresses pinned before it are not moved: call it before the tool starts.
 func (cn *CallNet) SetInject(proxyPort uint16, rules []uint32) error {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
@@ -30,6 +37,10 @@ func (cn *CallNet) SetInject(proxyPort uint16, rules []uint32) error {
 	}
 	if err := cn.g.objs.BermDnsPorts.Update(uint32(proxyPort), cn.cgroupID, ebpf.UpdateNoExist); err != nil {
 		return fmt.Errorf("set injecting egress of cgroup %d: own port %d: %w", cn.cgroupID, proxyPort, err)
+	}
+	if err := cn.g.objs.BermInjectCalls.Update(cn.cgroupID, uint32(proxyPort), ebpf.UpdateAny); err != nil {
+		_ = cn.g.objs.BermDnsPorts.Delete(uint32(proxyPort))
+		return fmt.Errorf("set injecting egress of cgroup %d: inspect its connects: %w", cn.cgroupID, err)
 	}
 	cn.injectPort = proxyPort
 	cn.injectRules = map[uint32]bool{}
@@ -94,7 +105,7 @@ func (cn *CallNet) InjectOrig(cookie uint64) (Orig, error) {
 		return Orig{}, fmt.Errorf("socket %d: no connect moved: %w", cookie, err)
 	}
 	a := netip.AddrFrom16(v.Addr).Unmap()
-	return Orig{CgroupID: v.CgroupId, Addr: netip.AddrPortFrom(a, v.Port), ProxyPort: v.ProxyPort}, nil
+	return Orig{CgroupID: v.CgroupId, Addr: netip.AddrPortFrom(a, v.Port), ProxyPort: v.ProxyPort, Inspect: v.Flags&injectInspect != 0}, nil
 }
 
 // closeInject removes the call's redirections and releases its proxy port. Called with cn.mu held.
@@ -107,6 +118,9 @@ func (cn *CallNet) closeInject() error {
 	}
 	cn.injectKeys = nil
 	if cn.injectPort != 0 {
+		if err := cn.g.objs.BermInjectCalls.Delete(cn.cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("stop inspecting the connects of cgroup %d: %w", cn.cgroupID, err))
+		}
 		if err := cn.g.objs.BermDnsPorts.Delete(uint32(cn.injectPort)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("release injecting egress port %d of cgroup %d: %w", cn.injectPort, cn.cgroupID, err))
 		}

@@ -183,3 +183,36 @@ func TestAnchors(t *testing.T) {
 		}
 	}
 }
+
+func TestFinderFindsALiteralCutAcrossPieces(t *testing.T) {
+	lits := []Literal{}
+	for _, f := range Forms([]byte("ph-4d1f9a7c2b")) {
+		lits = append(lits, Literal{Name: "api", Form: f})
+	}
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		at     int // the piece the literal ends in; -1: none
+		enc    string
+	}{
+		{"a literal in one piece", []string{"GET / HTTP/1.1\r\nX: ph-4d1f9a7c2b\r\n"}, 0, Raw},
+		{"a literal cut across two pieces", []string{"X: ph-4d1f", "9a7c2b\r\n"}, 1, Raw},
+		{"a literal cut across many one-byte pieces", strings.Split("X: ph-4d1f9a7c2b", ""), 15, Raw},
+		{"a base64 form cut across pieces", []string{"Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("u:ph-4d1f9a7c2b"))[:9], base64.StdEncoding.EncodeToString([]byte("u:ph-4d1f9a7c2b"))[9:]}, 1, Base64},
+		{"no literal", []string{"GET / HTTP/1.1\r\n", "ph-4d1f9a7c2", "\r\n"}, -1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFinder(lits)
+			at, enc := -1, ""
+			for i, p := range tc.pieces {
+				if l, ok := f.Next([]byte(p)); ok {
+					at, enc = i, l.Encoding
+					break
+				}
+			}
+			if at != tc.at || enc != tc.enc {
+				t.Errorf("found in piece %d (%q), want %d (%q)", at, enc, tc.at, tc.enc)
+			}
+		})
+	}
+}

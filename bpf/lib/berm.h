@@ -515,7 +515,9 @@ struct berm_dns_orig {
 /*
  * Injected credentials (bpf/lib/inject.h, in the netpolicy hooks): a call's TCP connects to the
  * addresses its resolver answered for an injected credential's hosts, on ports 443 and 80, go
- * to the call's own port of berm's injecting egress on loopback, whatever the tool does.
+ * to the call's own port of berm's injecting egress on loopback, whatever the tool does; every
+ * other TCP connect the call's policy lets through goes there too, to be inspected for the
+ * placeholder (BERM_INJECT_INSPECT).
  */
 
 /* Key of berm_inject_dsts (value: the call's proxy port, host byte order). */
@@ -533,7 +535,12 @@ struct berm_inject_orig {
 	__u8 addr[16];         /* IPv6, IPv4 as IPv4-mapped */
 	__u16 port;            /* host byte order */
 	__u16 proxy_port;      /* host byte order: the call's proxy port it went to */
-	__u32 pad;
+	__u16 flags;           /* BERM_INJECT_INSPECT: not a credential host's, moved to be inspected */
+	__u16 pad;
 };
+
+#ifndef BERM_INJECT_INSPECT
+#define BERM_INJECT_INSPECT 1
+#endif
 
 #endif /* BERM_H */

@@ -22,6 +22,15 @@ struct {
 	__type(value, __u32);
 } berm_inject_dsts SEC(".maps");
 
+/* call cgroup id -> the call's proxy port: a call with injected credentials, whose every
+ * other TCP connect the policy lets through goes to its egress too, to be inspected */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 12);
+	__type(key, __u64);
+	__type(value, __u32);
+} berm_inject_calls SEC(".maps");
+
 /* socket cookie -> where its moved connect was going */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -31,19 +40,15 @@ struct {
 } berm_inject_orig SEC(".maps");
 
 /*
- * A TCP connect to an injected credential's host goes to the call's proxy: 1 when ctx was
- * rewritten. addr is the destination as the policy keys it (IPv4 as IPv4-mapped); v6 says
+ * Move a TCP connect to the call's proxy port on loopback: 1 when ctx was rewritten, -1 when
+ * where it was going could not be kept (refused). addr is the destination as the policy keys it (IPv4 as IPv4-mapped); v6 says
  * which hook runs (a dual-stack socket's IPv4-mapped destination is moved to the mapped
  * loopback, which its socket can reach).
  */
-static __always_inline int berm_inject_redirect(struct bpf_sock_addr *ctx, __u64 cgid, const __u8 *addr, __u16 port, int v6)
+static __always_inline int berm_inject_move(struct bpf_sock_addr *ctx, __u64 cgid, const __u8 *addr, __u16 port, int v6,
+					    __u32 proxy_port, __u16 flags)
 {
-	struct berm_inject_key k = {.cgroup_id = cgid, .port = port};
-	__builtin_memcpy(k.addr, addr, sizeof(k.addr));
-	__u32 *proxy = bpf_map_lookup_elem(&berm_inject_dsts, &k);
-	if (!proxy)
-		return 0;
-	struct berm_inject_orig o = {.cgroup_id = cgid, .port = port, .proxy_port = (__u16)*proxy};
+	struct berm_inject_orig o = {.cgroup_id = cgid, .port = port, .proxy_port = (__u16)proxy_port, .flags = flags};
 	__builtin_memcpy(o.addr, addr, sizeof(o.addr));
 	__u64 cookie = bpf_get_socket_cookie(ctx);
 	if (bpf_map_update_elem(&berm_inject_orig, &cookie, &o, BPF_ANY))
@@ -66,8 +71,29 @@ static __always_inline int berm_inject_redirect(struct bpf_sock_addr *ctx, __u64
 	} else {
 		ctx->user_ip4 = bpf_htonl(0x7f000001);
 	}
-	ctx->user_port = bpf_htons((__u16)*proxy);
+	ctx->user_port = bpf_htons((__u16)proxy_port);
 	return 1;
+}
+
+/*
+ * The call's proxy port if it has injected credentials (0: none). One lookup per TCP connect,
+ * as before any credential host's: a call without injection pays nothing more.
+ */
+static __always_inline __u32 berm_inject_port(__u64 cgid)
+{
+	__u32 *p = bpf_map_lookup_elem(&berm_inject_calls, &cgid);
+	return p ? *p : 0;
+}
+
+/* A TCP connect to an injected credential's host goes to the call's proxy (see berm_inject_move). */
+static __always_inline int berm_inject_redirect(struct bpf_sock_addr *ctx, __u64 cgid, const __u8 *addr, __u16 port, int v6)
+{
+	struct berm_inject_key k = {.cgroup_id = cgid, .port = port};
+	__builtin_memcpy(k.addr, addr, sizeof(k.addr));
+	__u32 *proxy = bpf_map_lookup_elem(&berm_inject_dsts, &k);
+	if (!proxy)
+		return 0;
+	return berm_inject_move(ctx, cgid, addr, port, v6, *proxy, 0);
 }
 
 /* getpeername of a moved socket shows the destination the tool named, not berm's egress. */
