@@ -27,6 +27,7 @@ type injectEnv struct {
 	apiIP, evilIP  string
 	up             *dnstest.Server
 	caPEM          string
+	ca             *tlstest.CA // signs the test's servers (api.test, evil.test): the upstream roots
 	mu             sync.Mutex
 	evilAuth       []string // Authorization values evil.test received
 	apiAuthorized  int
@@ -47,7 +48,7 @@ func startInjectEnv(t testing.TB) *injectEnv {
 	rand.Read(b)
 	e := &injectEnv{secret: "sk-live-" + hex.EncodeToString(b), apiIP: testAddr(t, 10), evilIP: testAddr(t, 20)}
 	ca := tlstest.NewCA(t, "upstream test root")
-	e.caPEM = ca.PEMPath
+	e.caPEM, e.ca = ca.PEMPath, ca
 	api := http.NewServeMux()
 	api.HandleFunc("/check", func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()

@@ -293,33 +293,35 @@ EOF
 	for k, v := range got {
 		status[k], _, _ = strings.Cut(v, " ")
 	}
-	want := map[string]string{"good": "200", "inbody": "200"}
+	// inbody: a request pipelined inside a body is never judged as a request; its placeholder
+	// makes the outer request's body refused (403) before it reaches the server
+	want := map[string]string{"good": "200", "inbody": "403"}
 	for _, f := range []string{"clte", "twocl", "tespace", "tex", "telist", "tetab", "tenametab", "tefold", "barelf", "lfheader"} {
 		want[f] = "400"
 	}
 	wantResults(t, status, want, r)
-	if !strings.HasPrefix(strings.TrimPrefix(got["inbody"], "200 "), fmt.Sprintf("read %d body bytes", len("GET /inner HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer ")+len(e.secret)+4)) {
-		t.Errorf("inbody: %q, want the inner request read as the outer's body", got["inbody"])
-	}
 	e.mu.Lock()
 	raw, paths := e.raw.String(), slices.Clone(e.paths)
 	e.mu.Unlock()
 	if n := strings.Count(raw, e.secret); n != 1 {
 		t.Errorf("the servers read the secret %d times, want once (the good request): %q", n, raw)
 	}
+	// the outer request's head went before its body was read (the server sees it cut short);
+	// the inner one is never a request
 	if !slices.Equal(paths, []string{"GET /check true", "POST /outer false"}) && !slices.Equal(paths, []string{"POST /outer false", "GET /check true"}) {
 		t.Errorf("the servers parsed %q, want the good request and the outer one only", paths)
 	}
 	refused := credEvents(t, state, "inject-framing", event.CredentialRefused)
-	if len(refused) != 10 {
-		t.Errorf("%d refused credential events, want one per ambiguous request (10): %q", len(refused), refused)
+	if len(refused) != 11 {
+		t.Errorf("%d refused credential events, want one per ambiguous request (10) and the body's placeholder: %q", len(refused), refused)
 	}
-	wantEvents(t, "refused", refused, "400 ambiguous or malformed request: both Content-Length and Transfer-Encoding", "2 Content-Length headers", "bare LF", "obs-fold")
+	wantEvents(t, "refused", refused, "400 ambiguous or malformed request: both Content-Length and Transfer-Encoding", "2 Content-Length headers", "bare LF", "obs-fold", "POST /outer 403 the placeholder of credential api (raw) in the request's body")
 }
 
 // CONNECT to an IP address is refused with a refused event; the credential host on a port the
-// kernel does not move (8443, 8444) never gets the secret: it is reached directly, with the
-// placeholder only, when an egress rule opens that port, and not at all otherwise.
+// kernel does not move to the injecting egress (8443, 8444) never gets the secret: when an
+// egress rule opens that port the connection goes through the inspecting relay, which cuts the
+// placeholder (403), and otherwise it is refused.
 func TestInjectingEgressRefusesCONNECTAndLeavesOtherPortsWithoutTheSecret(t *testing.T) {
 	bermbin.RequireRoot(t)
 	e := startProtoEnv(t)
@@ -338,7 +340,7 @@ echo "port8444 $(curl -sS --max-time 20 -H "Authorization: Bearer $API_TOKEN" ht
 	wantResults(t, got, map[string]string{
 		"connect80":  "405",
 		"connecttls": "405",
-		"port8443":   "401", // reached directly, the placeholder only
+		"port8443":   "403", // the relay cut the placeholder
 		"port8444":   "7",   // no rule opens it
 	}, r)
 	e.mu.Lock()
@@ -347,14 +349,11 @@ echo "port8444 $(curl -sS --max-time 20 -H "Authorization: Bearer $API_TOKEN" ht
 	if authorized != 0 || strings.Contains(raw, e.secret) {
 		t.Errorf("the servers got the secret (%d authorized): %q", authorized, raw)
 	}
-	if !strings.Contains(raw, "GET /check") {
-		t.Errorf("api.test:8443 got no request: %q", raw)
-	}
 	refused := credEvents(t, state, "inject-connect", event.CredentialRefused)
-	if len(refused) != 2 {
-		t.Errorf("%d refused credential events, want one per CONNECT (2): %q", len(refused), refused)
+	if len(refused) != 3 {
+		t.Errorf("%d refused credential events, want one per CONNECT (2) and the relay's cut: %q", len(refused), refused)
 	}
-	wantEvents(t, "refused", refused, "10.1.2.3 CONNECT  405 CONNECT 10.1.2.3:443")
+	wantEvents(t, "refused", refused, "10.1.2.3 CONNECT  405 CONNECT 10.1.2.3:443", ":8443   403 the placeholder of credential api (raw) sent over TCP")
 }
 
 // A server that compresses its answer although berm asked for identity: gzip and deflate are

@@ -25,8 +25,9 @@ func TestAHotReloadKeepsARunningCallsInjectionAndANewCallGetsTheReloadedOne(t *t
 	bermbin.RequireRoot(t)
 	e := startInjectEnv(t)
 	otherIP := testAddr(t, 21)
-	ca := tlstest.NewCA(t, "other root")
-	tlstest.Serve(t, otherIP+":443", ca.Leaf(t, "other.test"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other") }))
+	// signed by the upstream roots the call's egress trusts: an injected call's other
+	// connections go through the inspecting relay, which verifies the real server
+	tlstest.Serve(t, otherIP+":443", e.ca.Leaf(t, "other.test"), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other") }))
 	up := dnstest.Start(t, dnstest.Zone{
 		"api.test":   {dnstest.A("api.test", e.apiIP, 60)},
 		"evil.test":  {dnstest.A("evil.test", e.evilIP, 60)},
