@@ -123,6 +123,8 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 			entries = append(entries, NetEntry{Prefix: pfx, PortLo: pr.Lo, PortHi: pr.Hi, Proto: proto, Allow: true, RuleID: id})
 		}
 	}
+	var errs Errors
+	errs = append(errs, p.injectedUDP()...)
 	for i, cr := range p.Spec.Credentials {
 		in := cr.Deliver.Inject
 		if in == nil {
@@ -159,7 +161,6 @@ func (p *Policy) compileNetwork(c *Compiled) Errors {
 		}
 		prefixes = append(prefixes, NetPrefix{Prefix: e.Prefix, Entries: []NetEntry{e}})
 	}
-	var errs Errors
 	for i := range prefixes {
 		own := prefixes[i].Prefix
 		var anc []NetPrefix
@@ -237,4 +238,29 @@ func (n *NetPolicy) SocketAllowed(family uint16, typ int) bool {
 		}
 	}
 	return false
+}
+
+// injectedUDP refuses UDP egress in a policy that injects a credential: berm's egress sees
+// what the call sends over TCP (the injecting egress and the inspecting relay) and DNS (the
+// call's resolver), so a placeholder sent in a UDP datagram to an opened port would leave
+// unseen. Failing closed here keeps "the placeholder anywhere else is refused or alerted".
+func (p *Policy) injectedUDP() Errors {
+	cred := -1
+	for i, cr := range p.Spec.Credentials {
+		if cr.Deliver.Inject != nil {
+			cred = i
+			break
+		}
+	}
+	if cred < 0 {
+		return nil
+	}
+	var errs Errors
+	for i, r := range p.Spec.Network.Egress {
+		if r.Protocol == UDP {
+			errs = append(errs, p.fail(fmt.Sprintf("spec.network.egress[%d]", i),
+				"expected no udp rule in a policy that injects a credential (spec.credentials[%d].deliver.inject): berm inspects a call's TCP and DNS only, so a placeholder in a UDP datagram would leave unseen; remove the rule or deliver the credential without inject", cred))
+		}
+	}
+	return errs
 }

@@ -120,3 +120,40 @@ func TestParseInjectShapeErrorsSayWhy(t *testing.T) {
 		})
 	}
 }
+
+func TestAPolicyThatInjectsACredentialOpensNoUDP(t *testing.T) {
+	const cred = "    - {name: a, source: {env: X}, deliver: {env: T, inject: {hosts: [api.example.com]}}}\n"
+	const plain = "    - {name: a, source: {env: X}, deliver: {env: T}}\n"
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"a udp rule beside an injected credential is refused where it is written",
+			injectHeader + cred + "  network:\n    egress:\n      - {domain: api.example.com, ports: [443]}\n      - {cidr: 10.0.0.0/8, ports: [5353], protocol: udp}\n",
+			[]string{`p.yaml:12:9: spec.network.egress[1]: expected no udp rule in a policy that injects a credential (spec.credentials[0].deliver.inject): berm inspects a call's TCP and DNS only, so a placeholder in a UDP datagram would leave unseen; remove the rule or deliver the credential without inject`}},
+		{"a udp rule without an injected credential is kept",
+			injectHeader + plain + "  network:\n    egress:\n      - {cidr: 10.0.0.0/8, ports: [5353], protocol: udp}\n", nil},
+		{"tcp rules beside an injected credential are kept",
+			injectHeader + cred + "  network:\n    egress:\n      - {cidr: 10.0.0.0/8, ports: [5432]}\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse("p.yaml", []byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Compile(CompileEnv{Workspace: t.TempDir(), Tmp: t.TempDir()})
+			var got []string
+			var es Errors
+			if errors.As(err, &es) {
+				for _, e := range es {
+					got = append(got, e.Error())
+				}
+			} else if err != nil {
+				t.Fatalf("got %v, want Errors", err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
