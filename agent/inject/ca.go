@@ -88,9 +88,20 @@ func (c *ca) leaf(host string) (*tls.Certificate, error) {
 		return nil, err
 	}
 	l := &tls.Certificate{Certificate: [][]byte{der, c.cert.Raw}, PrivateKey: key}
+	if len(c.leaves) >= maxLeaves {
+		// a tool naming ever new servers (a wildcard certificate upstream verifies them all)
+		// makes berm mint one per name, but keeps at most maxLeaves: one is let go
+		for h := range c.leaves {
+			delete(c.leaves, h)
+			break
+		}
+	}
 	c.leaves[host] = l
 	return l, nil
 }
+
+// maxLeaves bounds the certificates a call's CA keeps (one per server name the call reached).
+const maxLeaves = 256
 
 // revoke forgets the keys: no certificate of the call's is made or served again.
 func (c *ca) revoke() {
