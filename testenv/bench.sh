@@ -49,11 +49,12 @@ out=.bench/results.md
   go test -run '^$' -bench ApprovalExecUngated -benchtime 3x ./sandboxer 2>&1 | grep -E '^(Benchmark|ok|PASS|FAIL|---)' || true
   echo '```'
   # injected credentials: what the injecting egress adds to an HTTPS request (keep-alive) and to a
-  # new connection (handshakes included), against the secret in an environment variable (issue 27).
+  # new connection (handshakes included), against the secret in an environment variable (issue 27);
+  # and what the inspecting relay adds to a request to another host from an injected call.
   echo
-  echo "## go test -bench InjectedRequest ./sandboxer"
+  echo "## go test -bench 'InjectedRequest|InspectedRequest' ./sandboxer"
   echo
   echo '```'
-  go test -run '^$' -bench InjectedRequest -benchtime 2x ./sandboxer 2>&1 | grep -E '^(Benchmark|ok|PASS|FAIL|---)' || true
+  go test -run '^$' -bench 'InjectedRequest|InspectedRequest' -benchtime 2x ./sandboxer 2>&1 | grep -E '^(Benchmark|ok|PASS|FAIL|---)' || true
   echo '```'
 } | tee "$out"
