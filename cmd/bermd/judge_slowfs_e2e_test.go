@@ -1,0 +1,160 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bermsec/berm/testenv/bermbin"
+	"github.com/bermsec/berm/testenv/slowfs"
+)
+
+// judgeSlowScript names paths on a slow file system the call cannot see (open, stat, unlink:
+// each fails at once in the call's root), then does what matters for an incident: a read of a
+// file the policy denies, the deletion of a workspace file and an exec of id.
+const judgeSlowScript = `import os, sys
+slow = sys.argv[1]
+os.chdir("work")
+open("victim", "w").close()
+for p in (slow + "/f", slow + "/d/f", slow + "/d/../f", slow):
+    for attempt in (lambda: open(p), lambda: open(p, "w"), lambda: os.stat(p), lambda: os.unlink(p)):
+        try:
+            attempt()
+        except OSError:
+            pass
+try:
+    open("../vault/secret").read()
+except PermissionError:
+    pass
+os.unlink("victim")
+os.execv("/usr/bin/id", ["id"])
+`
+
+// A hung FUSE file system mounted on the host, outside the call's view, and a tool that names
+// paths on it: the judge of the call's events (who names the denials the kernel does not
+// report) must not look them up on the host, or its thread waits in the kernel for the
+// server's answer and the call's trail stops there. The paths are judged by their strings
+// (the denial says they were not resolved, and why), and the denied read, the deletion and
+// the exec that follow are all in the trail; the call ends by itself, its record complete,
+// and nothing of bermd (nor of the embedded berm) waits on the file system. Before, the judge
+// lstat'ed the paths on the host: bermd's worker waited for ever ("the call's stage of the
+// pipeline finished no event for 5s", the three events lost), and the embedded berm could not
+// exit at all.
+func TestTheJudgeNeverWaitsOnASlowFileSystem(t *testing.T) {
+	bermbin.RequireRoot(t)
+	parent, err := os.MkdirTemp("/run", "berm-judgefs-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(parent, 0o755)
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	modes := []string{"bermd", "embedded"}
+	slows := map[string]*slowfs.FS{}
+	for _, mode := range modes {
+		slows[mode] = slowfs.Mount(t, parent)
+		if err := os.WriteFile(filepath.Join(slows[mode].Dir, "f"), []byte("f"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDaemon(t)
+	t.Cleanup(func() { // before bermd's stop: nothing of it may wait on them then
+		for _, s := range slows {
+			s.Release()
+		}
+	})
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			slow := slows[mode]
+			ws := bermbin.Workspace(t)
+			// The policy denies vault/ (readable on the host); the tool works in work/ (a
+			// sibling of a denied tree is granted whole, the workspace's own entries are not).
+			os.Mkdir(filepath.Join(ws, "vault"), 0o755)
+			os.Mkdir(filepath.Join(ws, "work"), 0o755)
+			if err := os.WriteFile(filepath.Join(ws, "vault", "secret"), []byte("the host's secret\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+			pol := filepath.Join(t.TempDir(), "p.yaml")
+			if err := os.WriteFile(pol, []byte(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: judge-slowfs}
+spec:
+  filesystem:
+    deny: ["${WORKSPACE}/vault"]
+`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			id := "judge-slow-" + mode
+			state := d.state
+			args := []string{"run", "--call-id", id, "--workspace", ws, "--policy", pol}
+			if mode == "bermd" {
+				args = append(args, "--socket", d.socket, "--daemon", "required")
+			} else {
+				state = filepath.Join(t.TempDir(), "state")
+				args = append(args, "--no-rules", "--state-dir", state, "--daemon", "never")
+			}
+			slow.Hold(slowfs.Lookup, slowfs.Getattr, slowfs.Open, slowfs.Read, slowfs.Write, slowfs.Unlink)
+			cmd := exec.Command(bermbin.Path(t, "berm"), append(args, "--", "python3", "-c", judgeSlowScript, slow.Dir)...)
+			done := bermbin.Start(t, cmd)
+			berm := d.cmd.Process.Pid
+			if mode == "embedded" {
+				berm = cmd.Process.Pid
+			}
+			var r bermbin.Result
+			select {
+			case r = <-done:
+			case <-time.After(slowEndDeadline):
+				held := slow.Waiting()
+				slow.Release() // what waits on the file system goes on: the test can end
+				t.Fatalf("the call did not end in %s; held on the slow file system: %v", slowEndDeadline, held)
+			}
+			held := slow.Waiting()
+			slow.Release()
+			for _, w := range held {
+				if w.TGID == uint32(berm) {
+					t.Errorf("%s's thread waits on the slow file system after the call's end: %v", mode, w)
+				}
+			}
+			if r.Exit != 0 || !strings.Contains(r.Stdout, "uid=") {
+				t.Errorf("exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
+			}
+			tl := bermbin.Timeline(t, state, "default/"+id)
+			var denied, unlink, execID bool
+			unresolved := 0
+			for _, e := range tl.Events {
+				switch {
+				case e.Denial != nil && e.Denial.Object == filepath.Join(ws, "vault", "secret"):
+					denied = true
+				case e.Denial != nil && strings.HasPrefix(e.Denial.Object, slow.Dir):
+					if !strings.Contains(e.Denial.Rule, "not resolved: on a fuse.slowfs file system at "+slow.Dir) {
+						t.Errorf("a denial of a path on the slow file system does not say it was not resolved: %+v", e.Denial)
+					}
+					unresolved++
+				case e.Syscall != nil && strings.HasPrefix(e.Syscall.Name, "unlink") && strings.HasSuffix(e.Syscall.Path, "victim") && e.Syscall.Result == 0:
+					unlink = true
+				case e.Exec != nil && e.Exec.Filename == "/usr/bin/id":
+					execID = true
+				}
+			}
+			rec := tl.Call.Record
+			if rec == nil {
+				t.Fatal("the call has no record")
+			}
+			t.Logf("%s: %d denials of paths on the slow file system, judged unresolved; %d operations asked of it; complete %v %s",
+				mode, unresolved, slow.Served(), rec.Complete, rec.IncompleteReason)
+			if !denied || !unlink || !execID {
+				t.Errorf("after the paths on the slow file system: the denied read %v, the deletion of victim %v, the exec of id %v", denied, unlink, execID)
+			}
+			if unresolved == 0 {
+				t.Error("no denial names a path on the slow file system (the tool's attempts are withheld from it)")
+			}
+			if !rec.Complete {
+				t.Errorf("the record is incomplete: %s (dropped %+v)", rec.IncompleteReason, rec.Dropped)
+			}
+		})
+	}
+}
+
