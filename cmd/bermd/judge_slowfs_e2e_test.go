@@ -319,3 +319,97 @@ spec:
 		t.Errorf("the record is incomplete: %s (dropped %+v)", rec.IncompleteReason, rec.Dropped)
 	}
 }
+
+// With an exec rule every exec of the call is held, and the supervisor looks the program up
+// to know whether it is gated. A program on a slow file system bound into the call's root is
+// not looked up by bermd: the exec continues, the tool's own thread waits on the file system
+// (the kernel's exec hook has the last word on a gated program there), and the denied read,
+// the deletion and the exec that follow are in the trail. Before, bermd's handler waited on
+// the file system for the program's look-up.
+func TestAHeldExecNeverWaitsOnASlowFileSystem(t *testing.T) {
+	bermbin.RequireRoot(t)
+	parent, err := os.MkdirTemp("/run", "berm-judgefs-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(parent, 0o755)
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	slow := slowfs.Mount(t, parent)
+	if err := os.WriteFile(filepath.Join(slow.Dir, "prog"), []byte("#!/bin/sh\necho prog\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t)
+	t.Cleanup(slow.Release) // before bermd's stop
+	ws := bermbin.Workspace(t)
+	for _, dir := range []string{"vault", "work"} {
+		os.Mkdir(filepath.Join(ws, dir), 0o755)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "vault", "secret"), []byte("the host's secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ws, "work", "victim"), nil, 0o644)
+	filepath.Walk(ws, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+	pol := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(pol, []byte(fmt.Sprintf(`apiVersion: berm.dev/v1alpha1
+kind: ToolPolicy
+metadata: {name: exec-slowfs}
+spec:
+  filesystem:
+    read: [%q]
+    deny: ["${WORKSPACE}/vault"]
+  approvals:
+    timeout: 2m
+    rules:
+      - name: whoami
+        match: {exec: /usr/bin/whoami}
+`, slow.Dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	slow.Hold(slowfs.Lookup, slowfs.Getattr, slowfs.Open, slowfs.Read)
+	script := fmt.Sprintf(`cd work; %s/prog & cat ../vault/secret; rm victim; /usr/bin/id`, slow.Dir)
+	cmd := exec.Command(bermbin.Path(t, "berm"), "run", "--call-id", "exec-slow", "--workspace", ws, "--policy", pol,
+		"--socket", d.socket, "--daemon", "required", "--", "sh", "-c", script)
+	done := bermbin.Start(t, cmd)
+	held, err := slow.WaitHeld(slowEndDeadline)
+	if err != nil {
+		t.Fatalf("nothing waits on the slow file system: %v", err)
+	}
+	for _, w := range held {
+		if w.TGID == uint32(d.cmd.Process.Pid) {
+			t.Errorf("bermd's thread waits on the slow file system for a held exec's program: %v", w)
+		}
+	}
+	slow.Release() // the tool's own exec goes on: the call can end
+	var r bermbin.Result
+	select {
+	case r = <-done:
+	case <-time.After(slowEndDeadline):
+		t.Fatalf("the call did not end in %s once the file system was released", slowEndDeadline)
+	}
+	if !strings.Contains(r.Stdout, "uid=") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", r.Exit, r.Stdout, r.Stderr)
+	}
+	tl := bermbin.Timeline(t, d.state, "default/exec-slow")
+	var denied, unlink, execID bool
+	for _, e := range tl.Events {
+		switch {
+		case e.Denial != nil && e.Denial.Object == filepath.Join(ws, "vault", "secret"):
+			denied = true
+		case e.Syscall != nil && strings.HasPrefix(e.Syscall.Name, "unlink") && strings.HasSuffix(e.Syscall.Path, "victim") && e.Syscall.Result == 0:
+			unlink = true
+		case e.Exec != nil && e.Exec.Filename == "/usr/bin/id":
+			execID = true
+		}
+	}
+	rec := tl.Call.Record
+	if rec == nil {
+		t.Fatal("the call has no record")
+	}
+	t.Logf("held on the slow file system: %v; complete %v %s", held, rec.Complete, rec.IncompleteReason)
+	if !denied || !unlink || !execID {
+		t.Errorf("the denied read %v, the deletion of victim %v, the exec of id %v", denied, unlink, execID)
+	}
+	if !rec.Complete {
+		t.Errorf("the record is incomplete: %s", rec.IncompleteReason)
+	}
+}
