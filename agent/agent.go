@@ -624,7 +624,8 @@ type Result struct {
 // still has every queued event in its trail. What bounds the wait is work, not a clock a
 // flood can exhaust: once the call is unregistered nothing more enters its queue, the queue
 // is bounded (inboxBatches, inboxBytes), and so is the worker's cost per event (the judge's
-// host reads have a budget). Two guards remain for a worker that no longer advances (a rule
+// host reads have a budget, and none is made on a FUSE or network file system, whose server
+// may never answer: agent/policy's judge_resolve.go). Two guards remain for a worker that no longer advances (a rule
 // or the judge that does not return): BarrierIdle without one event finished, or
 // DrainCeiling in all, far past what a bounded queue takes; past either, what is still on the
 // way is counted as dropped and the record says it is incomplete. Only the call's own events

@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -41,17 +38,17 @@ func (p *Judge) audit() bool { return p.Compiled.Mode == Audit }
 // resolve makes an event's path absolute as the call sees it. Relative paths are taken against
 // the workspace, the call's working directory (a tool that chdirs elsewhere is attributed
 // approximately; the kernel decision itself is exact).
-func (p *Judge) resolve(path string, dirfd int32) (string, bool) {
+func (p *Judge) resolve(path string, dirfd int32) (resolution, bool) {
 	if path == "" {
-		return "", false
+		return resolution{}, false
 	}
 	if !filepath.IsAbs(path) {
 		if dirfd != unix.AT_FDCWD {
-			return "", false
+			return resolution{}, false
 		}
 		path = filepath.Join(p.Workspace, path)
 	}
-	return p.resolved.canonical(filepath.Clean(path)), true
+	return p.resolved.canonicalOf(filepath.Clean(path)), true
 }
 
 func (p *Judge) masked(path string) bool {
@@ -149,18 +146,20 @@ var runtimeProbes = []string{"/sys/fs/cgroup/", "/sys/fs/berm/", "/sys/devices/s
 // withheld says whether a path missing from the call's root withholds something: a write
 // there is always refused something; a read only when the host has the path (a program
 // looking for ~/.curlrc or a locale file that exists nowhere is told the truth, not refused),
-// and it is not a runtime probe.
-func withheld(path string, need uint64) bool {
+// and it is not a runtime probe. Whether the host has it is asked without waiting on a slow
+// file system (judge_resolve.go): a path the judge will not look up (on one, or past the
+// budget) is taken as withheld, as its string says it may be.
+func (p *Judge) withheld(res resolution, need uint64) bool {
 	if need&^(landlock.ReadFile|landlock.ReadDir) != 0 {
 		return true
 	}
 	for _, pr := range runtimeProbes {
-		if strings.HasPrefix(path, pr) {
+		if strings.HasPrefix(res.canon, pr) {
 			return false
 		}
 	}
-	_, err := os.Lstat(path)
-	return err == nil || !errors.Is(err, fs.ErrNotExist)
+	exists, ok := p.resolved.exists(res)
+	return exists || !ok
 }
 
 func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64(unix.EPERM) }
@@ -169,31 +168,12 @@ func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64
 // it (the path cache is not locked).
 func (p *Judge) Denial(ev *event.Event) *event.Denial {
 	audit := p.audit()
-	fs := func(path string, need uint64, ret int64) *event.Denial {
-		switch {
-		case p.maskedLink(path):
-			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "hard link to a file outside the workspace (masked)", Object: path, Audit: audit}
-		case p.masked(path) && (ret < 0 || audit):
-			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
-		case ret == -int64(unix.EROFS) && !audit:
-			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "read-only in the call's root", Object: path}
-		case ret == -int64(unix.ENOENT) && !p.inRoot(path) && withheld(path, need):
-			return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "not in the call's root", Object: path, Audit: audit}
+	fs := func(res resolution, need uint64, ret int64) *event.Denial {
+		d := p.fsDenial(res, need, ret, audit)
+		if why := res.unresolved(); d != nil && why != "" {
+			d.Rule += " (" + why + ")"
 		}
-		if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
-			return nil
-		}
-		rule := p.fsRule(path, need)
-		if need&specialRights != 0 {
-			rule = specialRule(need) // no tree grants it: the special file is what is refused
-		}
-		if audit {
-			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path, Audit: true}
-		}
-		if denied(ret) {
-			return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path}
-		}
-		return nil
+		return d
 	}
 	if p.Compiled.Approvals.Refused(ev) {
 		return nil // the approval supervisor's answer: it recorded its own denial
@@ -212,17 +192,17 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if ev.Open.ResolvedPath != "" {
 			given, dirfd = ev.Open.ResolvedPath, unix.AT_FDCWD
 		}
-		path, ok := p.resolve(given, dirfd)
+		res, ok := p.resolve(given, dirfd)
 		if !ok {
 			return nil
 		}
-		return fs(path, openNeed(ev.Open.Flags), ev.Open.Result)
+		return fs(res, openNeed(ev.Open.Flags), ev.Open.Result)
 	case ev.Exec != nil && audit:
-		path, ok := p.resolve(ev.Exec.Filename, unix.AT_FDCWD)
+		res, ok := p.resolve(ev.Exec.Filename, unix.AT_FDCWD)
 		if !ok {
 			return nil
 		}
-		return fs(path, landlock.Execute, 0)
+		return fs(res, landlock.Execute, 0)
 	case ev.Syscall != nil:
 		sc := ev.Syscall
 		// The arguments are the registers at the syscall's exit, the ones the filter read at
@@ -268,7 +248,7 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		if strings.HasSuffix(sc.Name, "at") || strings.HasSuffix(sc.Name, "at2") {
 			dirfd = int32(sc.Args[0])
 		}
-		path, ok := p.resolve(sc.Path, dirfd)
+		res, ok := p.resolve(sc.Path, dirfd)
 		if !ok {
 			// Relative to a directory descriptor (rm -rf walks with unlinkat(fd, name)): the
 			// refusal is the kernel's; the rule cannot be named without the directory.
@@ -286,7 +266,36 @@ func (p *Judge) Denial(ev *event.Event) *event.Denial {
 		case "mknodat":
 			need = mknodNeed(sc.Args[2])
 		}
-		return fs(path, need, sc.Result)
+		return fs(res, need, sc.Result)
+	}
+	return nil
+}
+
+// fsDenial names what refused (or, in audit mode, would refuse) need on a resolved path.
+func (p *Judge) fsDenial(res resolution, need uint64, ret int64, audit bool) *event.Denial {
+	path := res.canon
+	switch {
+	case p.maskedLink(path):
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "hard link to a file outside the workspace (masked)", Object: path, Audit: audit}
+	case p.masked(path) && (ret < 0 || audit):
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
+	case ret == -int64(unix.EROFS) && !audit:
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "read-only in the call's root", Object: path}
+	case ret == -int64(unix.ENOENT) && !p.inRoot(path) && p.withheld(res, need):
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "not in the call's root", Object: path, Audit: audit}
+	}
+	if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
+		return nil
+	}
+	rule := p.fsRule(path, need)
+	if need&specialRights != 0 {
+		rule = specialRule(need) // no tree grants it: the special file is what is refused
+	}
+	if audit {
+		return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path, Audit: true}
+	}
+	if denied(ret) {
+		return &event.Denial{Layer: event.LayerLandlock, Surface: event.SurfacePolicy, Rule: rule, Object: path}
 	}
 	return nil
 }

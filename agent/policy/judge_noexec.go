@@ -38,7 +38,7 @@ func (p *Judge) noexecDenial(sc *event.Syscall) *event.Denial {
 			dirfd = int32(sc.Args[0])
 		}
 		if abs, ok := p.resolve(sc.Path, dirfd); ok {
-			path = abs
+			path = abs.canon
 		}
 		return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: ruleSetID, Object: fmt.Sprintf("%s %s %#o", sc.Name, path, mode)}
 	}

@@ -32,7 +32,7 @@ func (p *Judge) openSetidDenial(o *event.Open) *event.Denial {
 	case o.Result == -int64(unix.EPERM) && o.Flags&(unix.O_CREAT|oTmpfileBit) != 0 && o.Mode&(unix.S_ISUID|unix.S_ISGID) != 0:
 		path := o.Path
 		if abs, ok := p.resolve(o.Path, o.Dirfd); ok {
-			path = abs
+			path = abs.canon
 		}
 		return &event.Denial{Layer: event.LayerSeccomp, Surface: event.SurfacePolicy, Rule: ruleSetID, Object: fmt.Sprintf("open %s %#o", path, o.Mode)}
 	}

@@ -155,7 +155,16 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 	// the thread goes back to the runtime. A relative one needs the jail (its '..' may leave
 	// the start directory). Either way the kernel's exec hook has the last word: a
 	// resolution that missed a gated program ends in a kill, never in an unasked run.
-	fast := strings.HasPrefix(p, "/")
+	// With a slow file system in the tool's mount table, the program is found by the
+	// supervisor's own walk (slowfs.go), jailed: nothing is asked of a FUSE or network file
+	// system's server. A program on one is not looked up: the exec continues, and the kernel's
+	// exec hook decides (a gated program there is killed, never run unasked).
+	mt, err := s.mountTableOf(proc)
+	if err != nil {
+		s.cfg.Log.Error("approval: the tool's mount table", "call", s.cfg.Call.CallID, "err", err)
+		return unix.EPERM
+	}
+	fast := strings.HasPrefix(p, "/") && mt == nil
 	if !fast {
 		o.jailed = true
 		if err := s.jail(root, umask); err != nil {
@@ -175,8 +184,20 @@ func (s *Supervisor) prepareExec(o *op, mem *os.File, proc string, pidfd, root, 
 		return execContinue, 0
 	}
 	var st unix.Stat_t
-	var err error
 	switch {
+	case mt != nil && !(p == "" && flags&unix.AT_EMPTY_PATH != 0):
+		l, e, on := resolve(mt, start, p, flags&unix.AT_SYMLINK_NOFOLLOW == 0)
+		if on != nil {
+			s.cfg.Log.Warn("approval: a program on a slow file system not looked up: the kernel's exec hook decides", "call", s.cfg.Call.CallID,
+				"path", s.redact(o, p), "fstype", on.FSType, "mount", on.Point)
+			return 0
+		}
+		if e != 0 {
+			err = e
+			break
+		}
+		err = unix.Fstatat(l.dir, l.name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		l.close()
 	case fast:
 		err = statInRoot(root, p, flags&unix.AT_SYMLINK_NOFOLLOW != 0, &st)
 	case p == "" && flags&unix.AT_EMPTY_PATH != 0:

@@ -1,15 +1,14 @@
 package approval
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bermsec/berm/agent/event"
+	"github.com/bermsec/berm/agent/slowmount"
 )
 
 // The supervisor never asks a slow file system anything. A look-up, a stat or an open on a
@@ -26,26 +25,16 @@ import (
 // directory is on (statx with STATX_MNT_ID alone and AT_STATX_DONT_SYNC, which neither FUSE
 // nor NFS forwards to their server) and looks the mount up in the tool's mount table.
 
-// slowType says whether a file system type is served by a process or a network: every
-// look-up in it may wait for an answer that never comes.
-func slowType(fstype string) bool {
-	switch fstype {
-	case "fuse", "fuseblk", "virtiofs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "afs", "coda",
-		"ncpfs", "orangefs", "glusterfs", "lustre", "gfs2", "ocfs2", "davfs", "vboxsf", "vmhgfs":
-		return true
-	}
-	return strings.HasPrefix(fstype, "fuse.") || strings.HasPrefix(fstype, "fuseblk.")
-}
-
-// mount is one mount of the tool's mount table.
-type mount struct{ fstype, point string }
+// mount is one mount of the tool's mount table (agent/slowmount, shared with the judge of
+// the call's events, which asks the host's table the same way).
+type mount = slowmount.Mount
 
 // mountTable is the tool's mount table, by mount id, when it holds a slow file system (nil
 // when it holds none: paths are resolved by the kernel in one openat2, as nothing can wait).
 // The tool's table is fixed from its start (the sandbox's mounts are private: nothing the
 // host mounts later appears in it), so it is read once per call.
 type mountTable struct {
-	mounts map[uint64]mount
+	mounts map[uint64]slowmount.Mount
 }
 
 // readMountTable reads a thread's mount table (/proc/TID/mountinfo); nil when it holds no
@@ -56,32 +45,14 @@ func readMountTable(proc string) (*mountTable, error) {
 		return nil, fmt.Errorf("read the tool's mount table: %w", err)
 	}
 	defer f.Close()
-	m := &mountTable{mounts: map[uint64]mount{}}
-	slow := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		fields := strings.Fields(line)
-		_, after, ok := strings.Cut(line, " - ")
-		if len(fields) < 5 || !ok {
-			return nil, fmt.Errorf("read the tool's mount table: malformed line %q", line)
-		}
-		id, err := strconv.ParseUint(fields[0], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("read the tool's mount table: %w", err)
-		}
-		fstype, _, _ := strings.Cut(after, " ")
-		m.mounts[id] = mount{fstype: fstype, point: fields[4]}
-		slow = slow || slowType(fstype)
-	}
-	if err := sc.Err(); err != nil {
+	mounts, slow, err := slowmount.Parse(f)
+	if err != nil {
 		return nil, fmt.Errorf("read the tool's mount table: %w", err)
 	}
 	if !slow {
 		return nil, nil
 	}
-	return m, nil
+	return &mountTable{mounts: mounts}, nil
 }
 
 // slowAt says whether name in dir (dir itself for "") is on a slow file system, asking the
@@ -99,13 +70,13 @@ func (m *mountTable) slowAt(dir int, name string) (*mount, error) {
 		return nil, err
 	}
 	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return &mount{fstype: "unknown (the kernel gave no mount id)"}, nil
+		return &mount{FSType: "unknown (the kernel gave no mount id)"}, nil
 	}
 	mt, ok := m.mounts[stx.Mnt_id]
 	switch {
 	case !ok:
-		return &mount{fstype: fmt.Sprintf("unknown (mount %d, not in the tool's mount table)", stx.Mnt_id)}, nil
-	case slowType(mt.fstype):
+		return &mount{FSType: fmt.Sprintf("unknown (mount %d, not in the tool's mount table)", stx.Mnt_id)}, nil
+	case slowmount.SlowType(mt.FSType):
 		return &mt, nil
 	}
 	return nil, nil
@@ -216,10 +187,10 @@ func magicLink(dir, link int) bool {
 // denial in the trail naming the file system.
 func (s *Supervisor) refuseSlow(o *op, r *slowFS) unix.Errno {
 	s.cfg.Log.Warn("approval: a held syscall on a slow file system refused", "call", s.cfg.Call.CallID, "syscall", o.name,
-		"fstype", r.on.fstype, "mount", r.on.point)
-	where := r.on.fstype
-	if r.on.point != "" {
-		where += " file system at " + r.on.point
+		"fstype", r.on.FSType, "mount", r.on.Point)
+	where := r.on.FSType
+	if r.on.Point != "" {
+		where += " file system at " + r.on.Point
 	}
 	s.emitEvent(o, event.Event{Kind: event.KindDenial, Denial: &event.Denial{Layer: event.LayerApproval, Surface: event.SurfaceApproval,
 		Rule:   "spec.approvals: " + o.name + " on a " + where + " (the supervisor does not wait on a FUSE or network file system's server)",
