@@ -149,17 +149,20 @@ var runtimeProbes = []string{"/sys/fs/cgroup/", "/sys/fs/berm/", "/sys/devices/s
 // and it is not a runtime probe. Whether the host has it is asked without waiting on a slow
 // file system (judge_resolve.go): a path the judge will not look up (on one, or past the
 // budget) is taken as withheld, as its string says it may be.
-func (p *Judge) withheld(res resolution, need uint64) bool {
+func (p *Judge) withheld(res resolution, need uint64) (withheld bool, why string) {
 	if need&^(landlock.ReadFile|landlock.ReadDir) != 0 {
-		return true
+		return true, ""
 	}
 	for _, pr := range runtimeProbes {
 		if strings.HasPrefix(res.canon, pr) {
-			return false
+			return false, ""
 		}
 	}
 	exists, ok := p.resolved.exists(res)
-	return exists || !ok
+	if !ok && res.unresolved() == "" {
+		why = notLookedUp // the budget ran out at this look-up: say so
+	}
+	return exists || !ok, why
 }
 
 func denied(ret int64) bool { return ret == -int64(unix.EACCES) || ret == -int64(unix.EPERM) }
@@ -281,8 +284,16 @@ func (p *Judge) fsDenial(res resolution, need uint64, ret int64, audit bool) *ev
 		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "sub-mount of the workspace is not part of the call (masked)", Object: path, Audit: audit && ret >= 0}
 	case ret == -int64(unix.EROFS) && !audit:
 		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "read-only in the call's root", Object: path}
-	case ret == -int64(unix.ENOENT) && !p.inRoot(path) && p.withheld(res, need):
-		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: "not in the call's root", Object: path, Audit: audit}
+	case ret == -int64(unix.ENOENT) && !p.inRoot(path):
+		w, why := p.withheld(res, need)
+		if !w {
+			break
+		}
+		rule := "not in the call's root"
+		if why != "" {
+			rule += " (" + why + ")"
+		}
+		return &event.Denial{Layer: event.LayerMount, Surface: event.SurfacePolicy, Rule: rule, Object: path, Audit: audit}
 	}
 	if p.Compiled.Landlock.HandledFS&need == 0 || p.Compiled.FSAccess(path)&need == need {
 		return nil

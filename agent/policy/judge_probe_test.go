@@ -49,3 +49,26 @@ func TestJudgeRootProbesAreNotDenials(t *testing.T) {
 		})
 	}
 }
+
+// Past the call's budget of host look-ups (a tool flooding made-up paths), a read of a path
+// missing from the root is judged by its string, and its denial says so: berm does not claim
+// the host has what it did not look up.
+func TestJudgePastTheBudgetSaysItJudgedByName(t *testing.T) {
+	root := fsTree(t)
+	env := CompileEnv{Workspace: root + "/ws", Tmp: root + "/tmp", MountInfo: "1 0 0:1 / / rw - ext4 x rw\n"}
+	p, err := Parse("p.yaml", []byte(header+"spec:\n  mode: enforce\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Compile(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &Judge{Compiled: c, Workspace: env.Workspace, Roots: []string{"/usr", "/etc"}}
+	j.resolved.spent = resolveBudget
+	ev := event.Event{Kind: event.KindOpen, Open: &event.Open{Path: "/home/berm-no-such-user/.curlrc", Flags: unix.O_RDONLY, Result: -int64(unix.ENOENT), Dirfd: unix.AT_FDCWD}}
+	d := j.Denial(&ev)
+	if want := "not in the call's root (" + notLookedUp + ")"; d == nil || d.Rule != want {
+		t.Errorf("denial %+v, want rule %q", d, want)
+	}
+}

@@ -61,11 +61,18 @@ type resolution struct {
 
 // unresolved says why a path was not resolved on the host, "" when it was.
 func (r resolution) unresolved() string {
-	if r.slow != nil {
+	switch {
+	case r.slow != nil:
 		return fmt.Sprintf("not resolved: on a %s, which berm does not wait on; judged as named", r.slow)
+	case r.spent:
+		return notLookedUp
 	}
 	return ""
 }
+
+// notLookedUp says why a path was judged by its string alone: past the call's budget of host
+// look-ups (a flood of paths the tool made up), berm claims no more than the string says.
+const notLookedUp = "not resolved: the call's budget of host look-ups is spent; judged as named"
 
 // resolver keeps a call's canonical names and what resolving them may still cost.
 type resolver struct {
