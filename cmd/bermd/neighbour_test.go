@@ -256,9 +256,10 @@ spec:
 	if made := rec.Syscalls["getppid"]; uint64(one)+aggregated != made || made < n {
 		t.Errorf("%d getppid recorded one by one + %d aggregated, the kernel counted %d (the tool made at least %d)", one, aggregated, made, n)
 	}
-	// The agent saw the budget, then some thousands more, not the half million: the kernel
+	// The agent saw the budget, then what the kernel sent before the agent told it the budget
+	// was spent (tens of thousands on a loaded machine), not the half million: the kernel
 	// counted the rest.
-	if rec.Events > 50_000 {
+	if rec.Events > n/4 {
 		t.Errorf("%d events went through the agent for %d getppid: the flood past the budget was not counted in the kernel", rec.Events, n)
 	}
 }
