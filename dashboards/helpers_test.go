@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,21 +32,36 @@ func repoRoot() string {
 }
 
 // pluginClient runs the plugin's real gRPC server in-process (the SDK's standalone mode, as
-// Grafana talks to it) and returns its client.
+// Grafana talks to it) and returns its client. One server serves the test binary: the SDK
+// registers its metrics on the default registry, which a second server would register again
+// (a panic); the process's end stops it.
 func pluginClient(t *testing.T) *datasourcetest.TestPluginClient {
 	t.Helper()
-	quiet := sdklog.NewWithLevel(sdklog.Warn) // its request log at debug is noise here
-	sdklog.DefaultLogger, backend.Logger = quiet, quiet
-	port, err := chtest.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	plug.once.Do(func() {
+		quiet := sdklog.NewWithLevel(sdklog.Warn) // its request log at debug is noise here
+		sdklog.DefaultLogger, backend.Logger = quiet, quiet
+		port, err := chtest.FreePort()
+		if err != nil {
+			plug.err = err
+			return
+		}
+		tp, err := datasourcetest.Manage(plugin.NewDatasource, datasourcetest.ManageOpts{Address: fmt.Sprintf("127.0.0.1:%d", port)})
+		if err != nil {
+			plug.err = err
+			return
+		}
+		plug.client = tp.Client
+	})
+	if plug.err != nil {
+		t.Fatalf("start plugin: %v", plug.err)
 	}
-	tp, err := datasourcetest.Manage(plugin.NewDatasource, datasourcetest.ManageOpts{Address: fmt.Sprintf("127.0.0.1:%d", port)})
-	if err != nil {
-		t.Fatalf("start plugin: %v", err)
-	}
-	t.Cleanup(func() { tp.Shutdown() })
-	return tp.Client
+	return plug.client
+}
+
+var plug struct {
+	once   sync.Once
+	client *datasourcetest.TestPluginClient
+	err    error
 }
 
 func pluginCtx(uid string, jsonData map[string]string) backend.PluginContext {
