@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,10 +65,15 @@ var plug struct {
 	err    error
 }
 
+// pluginCtx is a datasource's context. Its Updated time is its settings' digest: the plugin
+// keeps one instance per datasource until Updated changes, so two tests' datasources of one
+// UID on different ClickHouse servers (one plugin server per test binary) are two instances.
 func pluginCtx(uid string, jsonData map[string]string) backend.PluginContext {
 	b, _ := json.Marshal(jsonData)
+	h := fnv.New32a()
+	h.Write(b)
 	return backend.PluginContext{PluginID: plugin.ID, OrgID: 1, DataSourceInstanceSettings: &backend.DataSourceInstanceSettings{
-		UID: uid, Type: plugin.ID, Name: uid, JSONData: b, Updated: time.Unix(1, 0)}}
+		UID: uid, Type: plugin.ID, Name: uid, JSONData: b, Updated: time.Unix(1+int64(h.Sum32()), 0)}}
 }
 
 // ask runs one query through the plugin client and returns its frames, or its error.
