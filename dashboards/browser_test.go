@@ -253,6 +253,12 @@ func (a *pageActivity) check(t *testing.T, where string) {
 		}
 	}
 	for _, f := range a.Failed {
+		if u, err := url.Parse(f.URL); err == nil && u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" {
+			// Grafana's own reach to the internet (its home dashboard's grafana.com news feed),
+			// which a test machine need not have: neither Grafana's server nor berm's plugin
+			t.Logf("%s: request to the internet failed (not berm's): %s %s", where, f.URL, f.Error)
+			continue
+		}
 		t.Errorf("%s: request failed: %s %s %s", where, f.URL, f.Error, f.Body)
 	}
 	for _, h := range a.HTTP {
